@@ -1,0 +1,12 @@
+"""seqlock_py: sequence locks for Python.
+
+A seqlock protects a small amount of frequently read state.  Writers
+serialise on a lock and bump a sequence counter before and after their
+update; readers take no lock and write no shared memory: they note the
+counter, copy the state, and retry if a write overlapped.
+"""
+
+from ._seqlock import SeqLock
+
+__all__ = ["SeqLock"]
+__version__ = "0.1.0"

@@ -1,0 +1,50 @@
+"""Build the seqlock_py._seqlock extension.
+
+Environment:
+  SEQLOCK_STRICT=1                  add -Werror (the test command sets it)
+  SEQLOCK_SANITIZE=thread|address   build with that sanitizer (address also
+                                    enables undefined-behaviour checks)
+"""
+import os
+import sys
+
+from setuptools import Extension, setup
+
+SOURCES = ["src/module.c", "src/seqlock_type.c", "src/wait.c", "src/seqlock.c"]
+DEPENDS = ["src/seqlock.h", "src/binding.h", "src/compat.h"]
+
+
+def compiler_flags():
+    compile_args, link_args = [], []
+    if sys.platform == "win32":
+        return ["/std:c11", "/experimental:c11atomics"], link_args
+    compile_args += ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+    if os.environ.get("SEQLOCK_STRICT") == "1":
+        compile_args.append("-Werror")
+    sanitize = os.environ.get("SEQLOCK_SANITIZE", "")
+    if sanitize:
+        kinds = {"thread": "thread", "address": "address,undefined"}
+        if sanitize not in kinds:
+            sys.exit(f"SEQLOCK_SANITIZE must be 'thread' or 'address', not {sanitize!r}")
+        flags = [f"-fsanitize={kinds[sanitize]}", "-fno-omit-frame-pointer", "-g"]
+        if sanitize == "thread":
+            flags.append("-Wno-tsan")  # gcc: TSan does not model atomic_thread_fence
+        compile_args += flags
+        link_args += flags
+    return compile_args, link_args
+
+
+compile_args, link_args = compiler_flags()
+
+setup(
+    ext_modules=[
+        Extension(
+            "seqlock_py._seqlock",
+            sources=SOURCES,
+            depends=DEPENDS,
+            include_dirs=["src"],
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
+        )
+    ],
+)

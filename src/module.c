@@ -1,0 +1,72 @@
+/*
+ * module.c - the seqlock_py._seqlock extension module: multi-phase init,
+ * heap types kept in module state, no GIL needed.
+ */
+#include "binding.h"
+
+static int
+module_exec(PyObject *module)
+{
+    module_state *state = PyModule_GetState(module);
+    state->seqlock_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &seqlock_type_spec, NULL);
+    if (state->seqlock_type == NULL
+        || PyModule_AddType(module, state->seqlock_type) < 0) {
+        return -1;
+    }
+    state->write_section_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &write_section_type_spec, NULL);
+    if (state->write_section_type == NULL
+        || PyModule_AddType(module, state->write_section_type) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    module_state *state = PyModule_GetState(module);
+    Py_VISIT(state->seqlock_type);
+    Py_VISIT(state->write_section_type);
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    module_state *state = PyModule_GetState(module);
+    Py_CLEAR(state->seqlock_type);
+    Py_CLEAR(state->write_section_type);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    (void)module_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    SEQLOCK_PY_MOD_INTERP_SLOT
+    SEQLOCK_PY_MOD_GIL_SLOT
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "seqlock_py._seqlock",
+    .m_doc = "Sequence locks (the C core of seqlock_py).",
+    .m_size = sizeof(module_state),
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__seqlock(void)
+{
+    return PyModuleDef_Init(&module_def);
+}
