@@ -10,8 +10,15 @@ import sys
 
 from setuptools import Extension, setup
 
-SOURCES = ["src/module.c", "src/seqlock_type.c", "src/wait.c", "src/seqlock.c"]
-DEPENDS = ["src/seqlock.h", "src/binding.h", "src/compat.h"]
+SOURCES = [
+    "src/module.c",
+    "src/seqlock_type.c",
+    "src/seqrecord_type.c",
+    "src/record_layout.c",
+    "src/wait.c",
+    "src/seqlock.c",
+]
+DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h"]
 
 
 def compiler_flags():

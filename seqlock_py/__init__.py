@@ -6,7 +6,7 @@ update; readers take no lock and write no shared memory: they note the
 counter, copy the state, and retry if a write overlapped.
 """
 
-from ._seqlock import SeqLock
+from ._seqlock import SeqLock, SeqRecord
 
-__all__ = ["SeqLock"]
+__all__ = ["SeqLock", "SeqRecord"]
 __version__ = "0.1.0"

@@ -6,15 +6,56 @@
 #define SEQLOCK_PY_BINDING_H
 
 #include "compat.h"
+#include "record.h"
 #include "seqlock.h"
 
 typedef struct {
     PyTypeObject *seqlock_type;
     PyTypeObject *write_section_type;
+    PyTypeObject *seqrecord_type;
+    PyTypeObject *record_writer_type;
+    PyTypeObject *array_field_type;
 } module_state;
 
 extern PyType_Spec seqlock_type_spec;
 extern PyType_Spec write_section_type_spec;
+extern PyType_Spec seqrecord_type_spec;
+extern PyType_Spec record_writer_type_spec;
+extern PyType_Spec array_field_type_spec;
+
+/* ---- record_layout.c: a SeqRecord's fields ---- */
+
+typedef struct {
+    PyObject *name;   /* str */
+    char kind;        /* 'd' float64, 'q' int64, 'Q' uint64, '?' bool */
+    int is_array;     /* declared with a count ("16d"): values are tuples */
+    Py_ssize_t count; /* elements; 1 for a scalar */
+    size_t item_size; /* bytes per element */
+    size_t offset;    /* native struct offset of the first element */
+} field_spec;
+
+typedef struct {
+    Py_ssize_t nfields;
+    size_t data_bytes;     /* struct.calcsize(format) */
+    PyObject *names;       /* tuple of str, in order */
+    PyObject *index;       /* dict: name -> position */
+    PyObject *format;      /* str: native struct format of all fields */
+    PyObject *descriptor;  /* bytes: "name:code;..." stored in the header */
+    field_spec fields[];
+} record_layout;
+
+/* The layout SeqRecord(**kwargs) describes; NULL with an exception. */
+record_layout *layout_from_kwargs(PyObject *kwargs);
+void layout_free(record_layout *layout);
+/* The field called name, or NULL (an exception only if lookup failed). */
+const field_spec *layout_find(const record_layout *layout, PyObject *name);
+/* Validate value for field f and write its bytes to out (f->count *
+ * f->item_size of them); -1 with TypeError/ValueError/OverflowError. */
+int field_encode(const field_spec *f, PyObject *value, unsigned char *out);
+int item_encode(const field_spec *f, PyObject *value, unsigned char *out);
+/* The Python value of field f (a tuple for an array) from its bytes. */
+PyObject *field_decode(const field_spec *f, const unsigned char *in);
+PyObject *item_decode(const field_spec *f, const unsigned char *in);
 
 /* ---- wait.c: never wait attached ---- */
 

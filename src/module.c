@@ -20,6 +20,24 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->write_section_type) < 0) {
         return -1;
     }
+    state->seqrecord_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &seqrecord_type_spec, NULL);
+    if (state->seqrecord_type == NULL
+        || PyModule_AddType(module, state->seqrecord_type) < 0) {
+        return -1;
+    }
+    state->record_writer_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &record_writer_type_spec, NULL);
+    if (state->record_writer_type == NULL
+        || PyModule_AddType(module, state->record_writer_type) < 0) {
+        return -1;
+    }
+    state->array_field_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &array_field_type_spec, NULL);
+    if (state->array_field_type == NULL
+        || PyModule_AddType(module, state->array_field_type) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -29,6 +47,9 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     module_state *state = PyModule_GetState(module);
     Py_VISIT(state->seqlock_type);
     Py_VISIT(state->write_section_type);
+    Py_VISIT(state->seqrecord_type);
+    Py_VISIT(state->record_writer_type);
+    Py_VISIT(state->array_field_type);
     return 0;
 }
 
@@ -38,6 +59,9 @@ module_clear(PyObject *module)
     module_state *state = PyModule_GetState(module);
     Py_CLEAR(state->seqlock_type);
     Py_CLEAR(state->write_section_type);
+    Py_CLEAR(state->seqrecord_type);
+    Py_CLEAR(state->record_writer_type);
+    Py_CLEAR(state->array_field_type);
     return 0;
 }
 

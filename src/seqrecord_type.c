@@ -1,0 +1,1009 @@
+/*
+ * seqrecord_type.c - SeqRecord: numeric fields held in C inside a seqlock.
+ *
+ * The numbers live in seqlock words (record.h), in memory the record owns
+ * or in a caller's buffer shared between processes.  A reader copies the
+ * words it needs with the lock-free protocol into private memory and only
+ * then builds Python objects, so readers touch no shared Python object and
+ * write no shared memory: on a free-threaded build they scale with cores.
+ *
+ * Writes go through one write section each (update(), or the RecordWriter
+ * that write() returns), which keeps an undo copy: a section that raises is
+ * rolled back, and one whose process died is undone by the next process to
+ * notice (record.h), so readers only ever see complete writes.
+ */
+#include "binding.h"
+
+#include <errno.h>
+
+typedef struct {
+    PyObject_HEAD
+    record_header *h;
+    seqlock_word_t *data;
+    record_layout *layout;
+    void *memory;    /* a private record's own memory, else NULL */
+    Py_buffer view;  /* a shared record's buffer (view.obj NULL if none) */
+    PyObject *weakreflist;
+} SeqRecordObject;
+
+typedef struct {
+    PyObject_HEAD
+    SeqRecordObject *record;
+    int64_t timeout_ns;
+    _Atomic int active; /* between __enter__ and __exit__ */
+} RecordWriterObject;
+
+typedef struct {
+    PyObject_HEAD
+    RecordWriterObject *writer;
+    const field_spec *field;
+} ArrayFieldObject;
+
+/* Small snapshots are copied to the stack; larger ones to the heap. */
+#define STACK_SNAPSHOT_BYTES 512
+
+static module_state *
+state_of(PyObject *self)
+{
+    return PyType_GetModuleState(Py_TYPE(self));
+}
+
+/* ---- waiting, recovery, write sections ---- */
+
+/* Finish a write section that died with its process: take the lock (the
+ * core hands it over with EOWNERDEAD), undo, release.  0 or -1. */
+static int
+recover_dead_writer(SeqRecordObject *self)
+{
+    int got = wait_write_lock(&self->h->lock, -1);
+    if (got < 0) {
+        return -1;
+    }
+    if (got == WAIT_OWNER_DIED) {
+        record_recover(self->h);
+    }
+    record_end_write(self->h);
+    return 0;
+}
+
+/* Copy data bytes [offset, +n) of one consistent snapshot into dst and
+ * store its sequence number in *seq.  0, or -1 with an exception. */
+static int
+snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+         unsigned *seq)
+{
+    for (;;) {
+        int begun = read_begin(&self->h->lock, seq);
+        if (SEQLOCK_UNLIKELY(begun != WAIT_DONE)) {
+            if (begun < 0 || recover_dead_writer(self) < 0) {
+                return -1;
+            }
+            continue;
+        }
+        if (offset == 0 && n == self->h->data_bytes) {
+            seqlock_read_copy(dst, self->data, n);
+        }
+        else {
+            record_load_bytes(dst, self->data, offset, n);
+        }
+        if (!read_seqretry(&self->h->lock, *seq)) {
+            return 0;
+        }
+    }
+}
+
+/* Open a write section: take the lock within timeout_ns, undo a dead
+ * owner's half-write, save the undo copy.  1, 0 on timeout, or -1. */
+static int
+begin_write(SeqRecordObject *self, int64_t timeout_ns)
+{
+    int got = WAIT_DONE;
+    if (SEQLOCK_UNLIKELY(!write_tryseqlock(&self->h->lock))) {
+        got = wait_write_lock(&self->h->lock, timeout_ns);
+        if (got < 0 || got == WAIT_TIMED_OUT) {
+            return got < 0 ? -1 : 0;
+        }
+        if (got == WAIT_OWNER_DIED) {
+            record_recover(self->h);
+        }
+    }
+    record_save_undo(self->h);
+    return 1;
+}
+
+/* A buffer for n bytes of snapshot: the stack one if it fits. */
+static unsigned char *
+scratch(unsigned char *stack, size_t n)
+{
+    if (n <= STACK_SNAPSHOT_BYTES) {
+        return stack;
+    }
+    unsigned char *heap = PyMem_Malloc(n);
+    if (heap == NULL) {
+        PyErr_NoMemory();
+    }
+    return heap;
+}
+
+static void
+scratch_free(unsigned char *buf, unsigned char *stack)
+{
+    if (buf != stack) {
+        PyMem_Free(buf);
+    }
+}
+
+/* The field named by key, or NULL with KeyError. */
+static const field_spec *
+field_or_keyerror(SeqRecordObject *self, PyObject *key)
+{
+    const field_spec *f = layout_find(self->layout, key);
+    if (f == NULL && !PyErr_Occurred()) {
+        PyErr_SetObject(PyExc_KeyError, key);
+    }
+    return f;
+}
+
+/* Encode the keyword arguments of update() into buf (laid out like the
+ * data) and list the fields they set in which[]; 0 or -1. */
+static int
+encode_values(const record_layout *layout, PyObject *kwargs,
+              unsigned char *buf, const field_spec **which, Py_ssize_t *n)
+{
+    PyObject *name, *value;
+    Py_ssize_t pos = 0;
+    *n = 0;
+    while (kwargs != NULL && PyDict_Next(kwargs, &pos, &name, &value)) {
+        const field_spec *f = layout_find(layout, name);
+        if (f == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_TypeError, "the record has no field %R",
+                             name);
+            }
+            return -1;
+        }
+        if (field_encode(f, value, buf + f->offset) < 0) {
+            return -1;
+        }
+        which[(*n)++] = f;
+    }
+    return 0;
+}
+
+static void
+store_values(seqlock_word_t *data, const unsigned char *buf,
+             const field_spec **which, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const field_spec *f = which[i];
+        record_store_bytes(data, f->offset, buf + f->offset,
+                           f->item_size * (size_t)f->count);
+    }
+}
+
+/* Validate every keyword, then (if write_lock_held is 0) take the lock,
+ * store, release.  Nothing is written unless everything validated. */
+static int
+update_fields(SeqRecordObject *self, PyObject *kwargs, int write_lock_held)
+{
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    size_t nbytes = self->h->data_bytes;
+    unsigned char *buf = scratch(stack, nbytes);
+    const field_spec **which = PyMem_Malloc(
+        sizeof(field_spec *) * (size_t)self->layout->nfields);
+    int result = -1;
+    Py_ssize_t n;
+    if (buf == NULL || which == NULL) {
+        if (which == NULL) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    if (encode_values(self->layout, kwargs, buf, which, &n) < 0) {
+        goto done;
+    }
+    if (write_lock_held) {
+        store_values(self->data, buf, which, n);
+    }
+    else {
+        if (begin_write(self, -1) < 0) {
+            goto done;
+        }
+        store_values(self->data, buf, which, n);
+        record_end_write(self->h);
+    }
+    result = 0;
+done:
+    PyMem_Free(which);
+    if (buf != NULL) {
+        scratch_free(buf, stack);
+    }
+    return result;
+}
+
+/* ---- construction ---- */
+
+static SeqRecordObject *
+record_alloc(PyTypeObject *type, PyObject *kwargs)
+{
+    record_layout *layout = layout_from_kwargs(kwargs);
+    if (layout == NULL) {
+        return NULL;
+    }
+    SeqRecordObject *self = (SeqRecordObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        layout_free(layout);
+        return NULL;
+    }
+    self->layout = layout;
+    return self;
+}
+
+static size_t
+layout_record_size(const record_layout *layout)
+{
+    return record_size((size_t)PyBytes_GET_SIZE(layout->descriptor),
+                       layout->data_bytes);
+}
+
+static void
+bind_memory(SeqRecordObject *self, void *memory)
+{
+    self->h = (record_header *)memory;
+    self->data = record_data(self->h);
+}
+
+static PyObject *
+SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "SeqRecord() takes fields as keyword arguments only, "
+                        "e.g. SeqRecord(x='d', n='q')");
+        return NULL;
+    }
+    SeqRecordObject *self = record_alloc(type, kwargs);
+    if (self == NULL) {
+        return NULL;
+    }
+    size_t size = layout_record_size(self->layout);
+    self->memory = PyMem_Calloc(1, size);
+    if (self->memory == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    record_init(self->memory, PyBytes_AS_STRING(self->layout->descriptor),
+                (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor),
+                (uint32_t)self->layout->data_bytes);
+    bind_memory(self, self->memory);
+    return (PyObject *)self;
+}
+
+/* create() and attach(): a record in the caller's buffer. */
+static PyObject *
+record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
+                 const char *method, int create)
+{
+    if (PyTuple_GET_SIZE(args) != 1) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes one positional argument (the buffer) and "
+                     "the fields as keywords", method);
+        return NULL;
+    }
+    SeqRecordObject *self = record_alloc(type, kwargs);
+    if (self == NULL) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &self->view,
+                           PyBUF_WRITABLE) < 0) {
+        goto error;
+    }
+    size_t need = layout_record_size(self->layout);
+    if ((size_t)self->view.len < need) {
+        PyErr_Format(PyExc_ValueError,
+                     "buffer too small: the record needs %zu bytes, the "
+                     "buffer has %zd", need, self->view.len);
+        goto error;
+    }
+    if ((uintptr_t)self->view.buf % 8 != 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "buffer must be 8-byte aligned (shared memory and "
+                        "mmap buffers are)");
+        goto error;
+    }
+    const char *desc = PyBytes_AS_STRING(self->layout->descriptor);
+    uint32_t desc_len = (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor);
+    uint32_t data_bytes = (uint32_t)self->layout->data_bytes;
+    if (create) {
+        record_init(self->view.buf, desc, desc_len, data_bytes);
+    }
+    else {
+        switch (record_matches(self->view.buf, (size_t)self->view.len, desc,
+                               desc_len, data_bytes)) {
+        case 0:
+            break;
+        case 1:
+            PyErr_SetString(PyExc_ValueError,
+                            "the buffer holds no SeqRecord (no magic number: "
+                            "create() it first)");
+            goto error;
+        case 2:
+            PyErr_SetString(PyExc_ValueError,
+                            "the buffer holds a SeqRecord of another layout "
+                            "version");
+            goto error;
+        default: {
+            record_header *found = self->view.buf;
+            PyObject *other = PyBytes_FromStringAndSize(
+                record_layout_text(found),
+                found->layout_bytes < (uint32_t)self->view.len
+                    ? found->layout_bytes : 0);
+            if (other != NULL) {
+                PyErr_Format(PyExc_ValueError,
+                             "the buffer holds a record with other fields: "
+                             "expected %R, found %R",
+                             self->layout->descriptor, other);
+                Py_DECREF(other);
+            }
+            goto error;
+        }
+        }
+    }
+    bind_memory(self, self->view.buf);
+    return (PyObject *)self;
+error:
+    Py_DECREF(self);
+    return NULL;
+}
+
+PyDoc_STRVAR(SeqRecord_create_doc,
+"create($type, buffer, /, **fields)\n--\n\n"
+"Lay out a new record (all fields zero) in a writable buffer and return it.\n\n"
+"The buffer, e.g. multiprocessing.shared_memory.SharedMemory(...).buf or\n"
+"an mmap, must hold SeqRecord.buffer_size(**fields) bytes, 8-byte\n"
+"aligned; other processes open it with SeqRecord.attach().  The record\n"
+"keeps the buffer exported while it lives.  Not safe against processes\n"
+"already using the buffer: create once, then attach.");
+
+static PyObject *
+SeqRecord_create(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return record_in_buffer(type, args, kwargs, "create", 1);
+}
+
+PyDoc_STRVAR(SeqRecord_attach_doc,
+"attach($type, buffer, /, **fields)\n--\n\n"
+"Open the record that SeqRecord.create() laid out in buffer.\n\n"
+"Raises ValueError if the buffer holds no record, or one whose fields\n"
+"(names, formats, order) differ from **fields.");
+
+static PyObject *
+SeqRecord_attach(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return record_in_buffer(type, args, kwargs, "attach", 0);
+}
+
+PyDoc_STRVAR(SeqRecord_buffer_size_doc,
+"buffer_size($type, /, **fields)\n--\n\n"
+"Bytes of buffer that create() needs for a record of these fields.");
+
+static PyObject *
+SeqRecord_buffer_size(PyTypeObject *Py_UNUSED(type), PyObject *args,
+                      PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "buffer_size() takes the fields as keywords only");
+        return NULL;
+    }
+    record_layout *layout = layout_from_kwargs(kwargs);
+    if (layout == NULL) {
+        return NULL;
+    }
+    size_t size = layout_record_size(layout);
+    layout_free(layout);
+    return PyLong_FromSize_t(size);
+}
+
+static void
+SeqRecord_dealloc(SeqRecordObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    if (self->view.obj != NULL) {
+        PyBuffer_Release(&self->view);
+    }
+    PyMem_Free(self->memory);
+    layout_free(self->layout);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+SeqRecord_repr(SeqRecordObject *self)
+{
+    return PyUnicode_FromFormat(
+        "<%s fields=%R format=%R sequence=%u%s>", Py_TYPE(self)->tp_name,
+        self->layout->names, self->layout->format,
+        seqlock_sequence(&self->h->lock),
+        self->view.obj != NULL ? " shared" : "");
+}
+
+/* ---- readers ---- */
+
+PyDoc_STRVAR(SeqRecord_read_doc,
+"read($self, /)\n--\n\n"
+"Return one consistent snapshot: a tuple of the fields in order (an array\n"
+"field becomes a tuple).  Lock-free; waits (GIL released) only while a\n"
+"writer is active.");
+
+static PyObject *
+SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    const record_layout *layout = self->layout;
+    unsigned char *buf = scratch(stack, layout->data_bytes);
+    unsigned seq;
+    if (buf == NULL) {
+        return NULL;
+    }
+    PyObject *tuple = NULL;
+    if (snapshot(self, buf, 0, layout->data_bytes, &seq) < 0
+        || (tuple = PyTuple_New(layout->nfields)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
+        const field_spec *f = &layout->fields[i];
+        PyObject *value = field_decode(f, buf + f->offset);
+        if (value == NULL) {
+            Py_CLEAR(tuple);
+            goto done;
+        }
+        PyTuple_SET_ITEM(tuple, i, value);
+    }
+done:
+    scratch_free(buf, stack);
+    return tuple;
+}
+
+PyDoc_STRVAR(SeqRecord_read_dict_doc,
+"read_dict($self, /)\n--\n\n"
+"Return one consistent snapshot as a dict of field name to value.");
+
+static PyObject *
+SeqRecord_read_dict(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *values = SeqRecord_read(self, NULL);
+    if (values == NULL) {
+        return NULL;
+    }
+    PyObject *dict = PyDict_New();
+    for (Py_ssize_t i = 0; dict != NULL && i < self->layout->nfields; i++) {
+        if (PyDict_SetItem(dict, PyTuple_GET_ITEM(self->layout->names, i),
+                           PyTuple_GET_ITEM(values, i)) < 0) {
+            Py_CLEAR(dict);
+        }
+    }
+    Py_DECREF(values);
+    return dict;
+}
+
+/* The consistent value of one field. */
+static PyObject *
+read_field(SeqRecordObject *self, const field_spec *f)
+{
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    size_t n = f->item_size * (size_t)f->count;
+    unsigned char *buf = scratch(stack, n);
+    unsigned seq;
+    if (buf == NULL) {
+        return NULL;
+    }
+    PyObject *value = NULL;
+    if (snapshot(self, buf, f->offset, n, &seq) == 0) {
+        value = field_decode(f, buf);
+    }
+    scratch_free(buf, stack);
+    return value;
+}
+
+static PyObject *
+SeqRecord_subscript(SeqRecordObject *self, PyObject *key)
+{
+    const field_spec *f = field_or_keyerror(self, key);
+    return f == NULL ? NULL : read_field(self, f);
+}
+
+PyDoc_STRVAR(SeqRecord_get_doc,
+"get($self, name, default=None, /)\n--\n\n"
+"Return the consistent value of one field, or default if there is no\n"
+"field of that name.");
+
+static PyObject *
+SeqRecord_get(SeqRecordObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "get() takes 1 or 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    const field_spec *f = layout_find(self->layout, args[0]);
+    if (f == NULL) {
+        return PyErr_Occurred() ? NULL
+                                : Py_NewRef(nargs == 2 ? args[1] : Py_None);
+    }
+    return read_field(self, f);
+}
+
+PyDoc_STRVAR(SeqRecord_read_into_doc,
+"read_into($self, buffer, /)\n--\n\n"
+"Copy one consistent snapshot into a writable buffer, in the layout of\n"
+"self.format (bytearray, array.array, memoryview, a NumPy array...), and\n"
+"return the snapshot's sequence number.  Allocates nothing.  ValueError if\n"
+"the buffer is smaller than self.nbytes.");
+
+static PyObject *
+SeqRecord_read_into(SeqRecordObject *self, PyObject *target)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    size_t n = self->h->data_bytes;
+    if ((size_t)view.len < n) {
+        PyErr_Format(PyExc_ValueError,
+                     "buffer too small: a snapshot takes %zu bytes, the "
+                     "buffer has %zd", n, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned seq;
+    int failed = snapshot(self, view.buf, 0, n, &seq);
+    PyBuffer_Release(&view);
+    return failed ? NULL : PyLong_FromUnsignedLong(seq);
+}
+
+/* ---- writers ---- */
+
+PyDoc_STRVAR(SeqRecord_update_doc,
+"update($self, /, **values)\n--\n\n"
+"Set the given fields in one write section.\n\n"
+"Every value is checked first: an unknown name or a wrong type raises\n"
+"TypeError, a wrong array length ValueError, an out-of-range integer\n"
+"OverflowError, and then nothing is written (sequence unchanged).");
+
+static PyObject *
+SeqRecord_update(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "update() takes the values as keywords only");
+        return NULL;
+    }
+    if (update_fields(self, kwargs, 0) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(SeqRecord_write_doc,
+"write($self, /, timeout=None)\n--\n\n"
+"Return a context manager for one multi-step write section:\n\n"
+"    with rec.write() as w:\n"
+"        w.x += 1.0\n"
+"        w.samples[3] = 2.5\n"
+"        w.update(y=0.0)\n\n"
+"Readers see none or all of it.  If the body raises, the record is put\n"
+"back as it was.  TimeoutError if the lock is not free within timeout\n"
+"seconds (None: wait for ever).");
+
+static PyObject *
+SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"timeout", NULL};
+    PyObject *timeout = Py_None;
+    int64_t timeout_ns;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:write", keywords,
+                                     &timeout)
+        || timeout_to_ns(timeout, &timeout_ns) < 0) {
+        return NULL;
+    }
+    module_state *state = state_of((PyObject *)self);
+    if (state == NULL) {
+        return NULL;
+    }
+    RecordWriterObject *writer = PyObject_New(RecordWriterObject,
+                                              state->record_writer_type);
+    if (writer == NULL) {
+        return NULL;
+    }
+    writer->record = (SeqRecordObject *)Py_NewRef(self);
+    writer->timeout_ns = timeout_ns;
+    atomic_init(&writer->active, 0);
+    return (PyObject *)writer;
+}
+
+PyDoc_STRVAR(SeqRecord_locked_doc,
+"locked($self, /)\n--\n\n"
+"Return True if some thread (of any process) holds the write lock.");
+
+static PyObject *
+SeqRecord_locked(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(seqlock_owner(&self->h->lock) != 0);
+}
+
+static PyObject *
+SeqRecord_reduce(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
+                 Py_TYPE(self)->tp_name);
+    return NULL;
+}
+
+static PyObject *
+SeqRecord_get_sequence(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLong(seqlock_sequence(&self->h->lock));
+}
+
+static PyObject *
+SeqRecord_get_fields(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->layout->names);
+}
+
+static PyObject *
+SeqRecord_get_format(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->layout->format);
+}
+
+static PyObject *
+SeqRecord_get_nbytes(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(self->layout->data_bytes);
+}
+
+static PyObject *
+SeqRecord_get_recoveries(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLong(atomic_load_explicit(
+        &self->h->recoveries, memory_order_relaxed));
+}
+
+static PyMethodDef SeqRecord_methods[] = {
+    {"create", (PyCFunction)(void (*)(void))SeqRecord_create,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_doc},
+    {"attach", (PyCFunction)(void (*)(void))SeqRecord_attach,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_attach_doc},
+    {"buffer_size", (PyCFunction)(void (*)(void))SeqRecord_buffer_size,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_buffer_size_doc},
+    {"read", (PyCFunction)SeqRecord_read, METH_NOARGS, SeqRecord_read_doc},
+    {"read_dict", (PyCFunction)SeqRecord_read_dict, METH_NOARGS,
+     SeqRecord_read_dict_doc},
+    {"read_into", (PyCFunction)SeqRecord_read_into, METH_O,
+     SeqRecord_read_into_doc},
+    {"get", (PyCFunction)(void (*)(void))SeqRecord_get, METH_FASTCALL,
+     SeqRecord_get_doc},
+    {"update", (PyCFunction)(void (*)(void))SeqRecord_update,
+     METH_VARARGS | METH_KEYWORDS, SeqRecord_update_doc},
+    {"write", (PyCFunction)(void (*)(void))SeqRecord_write,
+     METH_VARARGS | METH_KEYWORDS, SeqRecord_write_doc},
+    {"locked", (PyCFunction)SeqRecord_locked, METH_NOARGS,
+     SeqRecord_locked_doc},
+    {"__reduce__", (PyCFunction)SeqRecord_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef SeqRecord_getset[] = {
+    {"sequence", (getter)SeqRecord_get_sequence, NULL,
+     PyDoc_STR("The sequence count: even while no writer is active; +2 per "
+               "completed write."), NULL},
+    {"fields", (getter)SeqRecord_get_fields, NULL,
+     PyDoc_STR("The field names, in order."), NULL},
+    {"format", (getter)SeqRecord_get_format, NULL,
+     PyDoc_STR("The native struct format of a snapshot (read_into's "
+               "layout)."), NULL},
+    {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
+     PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
+    {"recoveries", (getter)SeqRecord_get_recoveries, NULL,
+     PyDoc_STR("Write sections undone because their writer died inside "
+               "them."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef SeqRecord_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET,
+     offsetof(SeqRecordObject, weakreflist), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(SeqRecord_doc,
+"SeqRecord(**fields)\n--\n\n"
+"Numeric fields held in C inside a seqlock, with lock-free snapshots.\n\n"
+"Each keyword names a field and gives its struct format code: 'd'\n"
+"(float64), 'q' (int64), 'Q' (uint64), '?' (bool), or a count and\n"
+"'d'/'q'/'Q' for a fixed-length array ('16d').  Fields start at zero.\n"
+"Readers (read, read_dict, rec[name], get, read_into) copy the numbers\n"
+"with the lock-free protocol; writers (update, write) serialise.\n"
+"SeqRecord.create/attach put a record in memory shared between\n"
+"processes.");
+
+static PyType_Slot SeqRecord_slots[] = {
+    {Py_tp_new, SeqRecord_new},
+    {Py_tp_dealloc, SeqRecord_dealloc},
+    {Py_tp_repr, SeqRecord_repr},
+    {Py_tp_methods, SeqRecord_methods},
+    {Py_tp_getset, SeqRecord_getset},
+    {Py_tp_members, SeqRecord_members},
+    {Py_mp_subscript, SeqRecord_subscript},
+    {Py_tp_doc, (void *)SeqRecord_doc},
+    {0, NULL},
+};
+
+PyType_Spec seqrecord_type_spec = {
+    .name = "seqlock_py.SeqRecord",
+    .basicsize = sizeof(SeqRecordObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = SeqRecord_slots,
+};
+
+/* ---- RecordWriter: the write section and its field proxy ---- */
+
+/* 0 if the calling thread is inside this writer's section, else -1 with
+ * RuntimeError. */
+static int
+check_in_section(RecordWriterObject *w)
+{
+    if (!atomic_load_explicit(&w->active, memory_order_relaxed)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the write section is not open: use the writer "
+                        "inside its with block");
+        return -1;
+    }
+    if (!seqlock_held_by_me(&w->record->h->lock)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the write section belongs to another thread");
+        return -1;
+    }
+    return 0;
+}
+
+static void
+RecordWriter_dealloc(RecordWriterObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    Py_DECREF(self->record);
+    PyObject_Free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
+{
+    int taken = begin_write(self->record, self->timeout_ns);
+    if (taken < 0) {
+        return NULL;
+    }
+    if (!taken) {
+        PyErr_SetString(PyExc_TimeoutError,
+                        "timed out waiting for the write lock");
+        return NULL;
+    }
+    atomic_store_explicit(&self->active, 1, memory_order_relaxed);
+    return Py_NewRef(self);
+}
+
+static PyObject *
+RecordWriter_exit(RecordWriterObject *self, PyObject *const *args,
+                  Py_ssize_t nargs)
+{
+    if (check_in_section(self) < 0) {
+        return NULL;
+    }
+    if (nargs > 0 && args[0] != Py_None) {
+        record_rollback(self->record->h);
+    }
+    atomic_store_explicit(&self->active, 0, memory_order_relaxed);
+    record_end_write(self->record->h);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+RecordWriter_update(RecordWriterObject *self, PyObject *args,
+                    PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "update() takes the values as keywords only");
+        return NULL;
+    }
+    if (check_in_section(self) < 0
+        || update_fields(self->record, kwargs, 1) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RecordWriter_getattro(RecordWriterObject *self, PyObject *name)
+{
+    const field_spec *f = layout_find(self->record->layout, name);
+    if (f == NULL) {
+        return PyErr_Occurred() ? NULL
+                                : PyObject_GenericGetAttr((PyObject *)self,
+                                                          name);
+    }
+    if (check_in_section(self) < 0) {
+        return NULL;
+    }
+    if (f->is_array) {
+        module_state *state = state_of((PyObject *)self);
+        ArrayFieldObject *view = PyObject_New(ArrayFieldObject,
+                                              state->array_field_type);
+        if (view == NULL) {
+            return NULL;
+        }
+        view->writer = (RecordWriterObject *)Py_NewRef(self);
+        view->field = f;
+        return (PyObject *)view;
+    }
+    unsigned char item[8];
+    record_load_bytes(item, self->record->data, f->offset, f->item_size);
+    return item_decode(f, item);
+}
+
+static int
+RecordWriter_setattro(RecordWriterObject *self, PyObject *name,
+                      PyObject *value)
+{
+    const field_spec *f = layout_find(self->record->layout, name);
+    if (f == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_AttributeError, "the record has no field %R",
+                         name);
+        }
+        return -1;
+    }
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete field %R", name);
+        return -1;
+    }
+    if (check_in_section(self) < 0) {
+        return -1;
+    }
+    size_t n = f->item_size * (size_t)f->count;
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    unsigned char *buf = scratch(stack, n);
+    if (buf == NULL) {
+        return -1;
+    }
+    int result = field_encode(f, value, buf);
+    if (result == 0) {
+        record_store_bytes(self->record->data, f->offset, buf, n);
+    }
+    scratch_free(buf, stack);
+    return result;
+}
+
+static PyMethodDef RecordWriter_methods[] = {
+    {"__enter__", (PyCFunction)RecordWriter_enter, METH_NOARGS,
+     PyDoc_STR("__enter__($self, /)\n--\n\nOpen the write section; "
+               "TimeoutError if the timeout passes first.")},
+    {"__exit__", (PyCFunction)(void (*)(void))RecordWriter_exit,
+     METH_FASTCALL,
+     PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
+               "Close the write section; if it raised, undo its changes.")},
+    {"update", (PyCFunction)(void (*)(void))RecordWriter_update,
+     METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("update($self, /, **values)\n--\n\nSet several fields in "
+               "this write section; all values are checked first.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot RecordWriter_slots[] = {
+    {Py_tp_dealloc, RecordWriter_dealloc},
+    {Py_tp_getattro, RecordWriter_getattro},
+    {Py_tp_setattro, RecordWriter_setattro},
+    {Py_tp_methods, RecordWriter_methods},
+    {Py_tp_doc, (void *)PyDoc_STR(
+        "One write section of a SeqRecord, made by SeqRecord.write(); "
+        "inside it, fields are attributes (w.x = 1.0, w.samples[3] = 2.5).")},
+    {0, NULL},
+};
+
+PyType_Spec record_writer_type_spec = {
+    .name = "seqlock_py.RecordWriter",
+    .basicsize = sizeof(RecordWriterObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = RecordWriter_slots,
+};
+
+/* ---- ArrayField: w.samples inside a write section ---- */
+
+static void
+ArrayField_dealloc(ArrayFieldObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    Py_DECREF(self->writer);
+    PyObject_Free(self);
+    Py_DECREF(type);
+}
+
+static Py_ssize_t
+ArrayField_length(ArrayFieldObject *self)
+{
+    return self->field->count;
+}
+
+/* The element offset for index i (negative counts from the end), or
+ * (size_t)-1 with IndexError / RuntimeError. */
+static size_t
+element_offset(ArrayFieldObject *self, Py_ssize_t i)
+{
+    if (check_in_section(self->writer) < 0) {
+        return (size_t)-1;
+    }
+    if (i < 0) {
+        i += self->field->count;
+    }
+    if (i < 0 || i >= self->field->count) {
+        PyErr_Format(PyExc_IndexError, "field %R index out of range",
+                     self->field->name);
+        return (size_t)-1;
+    }
+    return self->field->offset + (size_t)i * self->field->item_size;
+}
+
+static PyObject *
+ArrayField_item(ArrayFieldObject *self, Py_ssize_t i)
+{
+    size_t offset = element_offset(self, i);
+    if (offset == (size_t)-1) {
+        return NULL;
+    }
+    unsigned char item[8];
+    record_load_bytes(item, self->writer->record->data, offset,
+                      self->field->item_size);
+    return item_decode(self->field, item);
+}
+
+static int
+ArrayField_ass_item(ArrayFieldObject *self, Py_ssize_t i, PyObject *value)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cannot delete array elements");
+        return -1;
+    }
+    size_t offset = element_offset(self, i);
+    unsigned char item[8];
+    if (offset == (size_t)-1 || item_encode(self->field, value, item) < 0) {
+        return -1;
+    }
+    record_store_bytes(self->writer->record->data, offset, item,
+                       self->field->item_size);
+    return 0;
+}
+
+static PyType_Slot ArrayField_slots[] = {
+    {Py_tp_dealloc, ArrayField_dealloc},
+    {Py_sq_length, ArrayField_length},
+    {Py_sq_item, ArrayField_item},
+    {Py_sq_ass_item, ArrayField_ass_item},
+    {Py_tp_doc, (void *)PyDoc_STR(
+        "An array field inside a write section: index it to read or set "
+        "elements.")},
+    {0, NULL},
+};
+
+PyType_Spec array_field_type_spec = {
+    .name = "seqlock_py.ArrayField",
+    .basicsize = sizeof(ArrayFieldObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = ArrayField_slots,
+};
