@@ -2,7 +2,9 @@
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, final
+from typing import Any, Literal, ParamSpec, TypeVar, final
+
+from collections.abc import Buffer
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -31,7 +33,7 @@ class SeqLock:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
         /,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
     # readers
     def read(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Call fn until no write overlaps the call; return its result."""
@@ -52,4 +54,76 @@ class WriteSection:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
         /,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
+
+# A field value: float for 'd', int for 'q'/'Q', bool for '?', a tuple for arrays.
+_Value = Any
+
+@final
+class SeqRecord:
+    """Numeric fields held in C inside a seqlock, with lock-free snapshots."""
+
+    def __new__(cls, **fields: str) -> SeqRecord: ...
+    @classmethod
+    def create(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
+        """Lay out a new, zeroed record in a writable (shared) buffer."""
+    @classmethod
+    def attach(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
+        """Open a record create() laid out; ValueError if the layout differs."""
+    @classmethod
+    def buffer_size(cls, **fields: str) -> int:
+        """Bytes of buffer create() needs for these fields."""
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Field names, in order."""
+    @property
+    def format(self) -> str:
+        """Native struct format of a snapshot."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes in a snapshot: struct.calcsize(self.format)."""
+    @property
+    def sequence(self) -> int:
+        """Even while no writer is active; +2 per completed write."""
+    @property
+    def recoveries(self) -> int:
+        """Write sections undone because their writer died inside them."""
+    def locked(self) -> bool: ...
+    def read(self) -> tuple[_Value, ...]:
+        """One consistent snapshot, fields in order."""
+    def read_dict(self) -> dict[str, _Value]:
+        """One consistent snapshot as a dict."""
+    def read_into(self, buffer: Buffer, /) -> int:
+        """Copy a snapshot into buffer (layout: self.format); return its sequence."""
+    def __getitem__(self, name: str, /) -> _Value: ...
+    def get(self, name: str, default: Any = None, /) -> _Value:
+        """One field's consistent value, or default for an unknown name."""
+    def update(self, **values: _Value) -> None:
+        """Set fields in one write section; nothing is written if any value is bad."""
+    def write(self, timeout: float | None = None) -> RecordWriter:
+        """A context manager for one multi-step write section."""
+    def __reduce__(self) -> Any: ...
+
+@final
+class RecordWriter:
+    """One write section of a SeqRecord; fields are attributes inside it."""
+
+    def __enter__(self) -> RecordWriter: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> Literal[False]: ...
+    def update(self, **values: _Value) -> None: ...
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
+
+@final
+class ArrayField:
+    """An array field inside a write section."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Any: ...
+    def __setitem__(self, index: int, value: Any, /) -> None: ...
