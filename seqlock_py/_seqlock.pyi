@@ -4,7 +4,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, final
 
-from collections.abc import Buffer
+from typing_extensions import Buffer
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
