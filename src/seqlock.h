@@ -255,8 +255,11 @@ static inline void
 write_seqlock(seqlock_t *sl)
 {
     if (SEQLOCK_UNLIKELY(!write_tryseqlock(sl))) {
-        int err = seqlock_write_lock_timed(sl, -1);
-        if (err != 0 && err != EOWNERDEAD) {
+        int err;
+        do { /* EINTR: a signal handler ran while we slept; keep waiting */
+            err = seqlock_write_lock_timed(sl, -1);
+        } while (err == EINTR);
+        if (err == EDEADLK) {
             seqlock_die_("write_seqlock: the calling thread already holds "
                          "this seqlock");
         }
