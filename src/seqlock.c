@@ -112,12 +112,32 @@ seqlock_thread_id(void)
     return cached_thread_id;
 }
 
+/* A thread that has exited but whose process has not been reaped yet (a
+ * zombie) still answers kill(2); /proc tells its state ('Z' or 'X'). */
+static int
+is_zombie(uint32_t tid)
+{
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%u/stat", (unsigned)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return 0; /* no /proc: trust kill(2) */
+    }
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* "tid (comm) S ...": comm may hold spaces and parentheses. */
+    char *end = strrchr(stat, ')');
+    return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
 int
 seqlock_thread_alive(uint32_t tid)
 {
     int saved = errno;
     /* kill(2) finds any thread by its TID; signal 0 only checks. */
-    int alive = !(kill((pid_t)tid, 0) != 0 && errno == ESRCH);
+    int alive = !(kill((pid_t)tid, 0) != 0 && errno == ESRCH)
+                && !is_zombie(tid);
     errno = saved;
     return alive;
 }

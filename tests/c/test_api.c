@@ -1024,11 +1024,12 @@ struct shared_record {
     seqlock_word_t data[2];
 };
 
-/* A shared mapping whose lock a child took and never released.  The child
- * is reaped before this returns: until then it is a zombie, and a zombie
- * still answers kill(pid, 0), so it would not count as dead yet. */
+/* A shared mapping whose lock a child took and never released.  With
+ * reap, the child is reaped before this returns; without, it is left a
+ * zombie (waitid WNOWAIT), which answers kill(pid, 0) but is dead all the
+ * same, and *zombie is set to its pid for the caller to reap. */
 static struct shared_record *
-record_left_locked_by_dead_child(void)
+record_left_locked_by_child(int reap, pid_t *zombie)
 {
     struct shared_record *rec = mmap(NULL, sizeof *rec,
                                      PROT_READ | PROT_WRITE,
@@ -1049,12 +1050,40 @@ record_left_locked_by_dead_child(void)
         seqlock_write_copy(rec->data, &half, sizeof half); /* half-written */
         _exit(0);
     }
+    if (!reap) {
+        siginfo_t info;
+        if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT) != 0) {
+            munmap(rec, sizeof *rec);
+            return NULL;
+        }
+        *zombie = pid;
+        return rec;
+    }
     int status;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
         munmap(rec, sizeof *rec);
         return NULL;
     }
     return rec;
+}
+
+static struct shared_record *
+record_left_locked_by_dead_child(void)
+{
+    return record_left_locked_by_child(1, NULL);
+}
+
+static void
+test_timed_reader_reports_eownerdead_for_unreaped_dead_writer(void)
+{
+    pid_t zombie = 0;
+    struct shared_record *rec = record_left_locked_by_child(0, &zombie);
+    CHECK(rec != NULL);
+    unsigned seq = 0;
+    int err = seqlock_read_begin_timed(&rec->lock, -1, &seq);
+    munmap(rec, sizeof *rec);
+    CHECK(waitpid(zombie, NULL, 0) == zombie);
+    CHECK(err == EOWNERDEAD);
 }
 
 static void
@@ -1215,6 +1244,8 @@ static const struct test tests[] = {
     TEST(test_timed_reader_reports_eownerdead_for_dead_writer,
          FORKS_OR_SIGNALS),
     TEST(test_timed_writer_takes_over_from_dead_writer, FORKS_OR_SIGNALS),
+    TEST(test_timed_reader_reports_eownerdead_for_unreaped_dead_writer,
+         FORKS_OR_SIGNALS),
     TEST(test_lock_works_normally_after_dead_writer_is_repaired,
          FORKS_OR_SIGNALS),
     TEST(test_timed_reader_reports_eownerdead_for_exited_thread, PLAIN),
