@@ -342,6 +342,16 @@ enter_write_section(seqlock_t *sl)
 int
 seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
 {
+    int err = seqlock_lock_excl_timed(sl, timeout_ns);
+    if (err == 0 || err == EOWNERDEAD) {
+        enter_write_section(sl);
+    }
+    return err;
+}
+
+int
+seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
+{
     int saved_errno = errno;
     uint32_t self = seqlock_thread_id();
     int64_t deadline = -2;
@@ -356,7 +366,6 @@ seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
             if (atomic_compare_exchange_weak_explicit(
                     &sl->owner, &cur, mine, memory_order_acquire,
                     memory_order_relaxed)) {
-                enter_write_section(sl);
                 result = 0;
                 break;
             }
@@ -405,7 +414,6 @@ seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
             if (atomic_compare_exchange_strong_explicit(
                     &sl->owner, &cur, self | SEQLOCK_WAITERS,
                     memory_order_acquire, memory_order_relaxed)) {
-                enter_write_section(sl);
                 result = EOWNERDEAD;
                 break;
             }

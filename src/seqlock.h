@@ -119,6 +119,11 @@ int seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
  * the caller now owns it and the data may be half-written. */
 int seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns);
 
+/* Take only the lock word, leaving the sequence alone (see
+ * read_seqlock_excl).  Same timeouts and results as above; on EOWNERDEAD
+ * the sequence may be odd (the dead owner was mid-write). */
+int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
+
 /* The calling thread's id as stored in the lock word (Linux: its TID). */
 uint32_t seqlock_thread_id(void);
 
@@ -267,6 +272,45 @@ write_seqlock(seqlock_t *sl)
 }
 
 /**
+ * read_seqlock_excl - take the lock word as a reader, without touching the
+ * sequence: writers are kept out, lock-free readers are not disturbed.
+ * For a reader that must finish (read_seqbegin_or_lock's locking pass).
+ * Aborts if the caller already holds the lock.
+ */
+static inline void
+read_seqlock_excl(seqlock_t *sl)
+{
+    uint32_t expected = 0;
+    if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+            &sl->owner, &expected, seqlock_thread_id(),
+            memory_order_acquire, memory_order_relaxed))) {
+        int err;
+        do {
+            err = seqlock_lock_excl_timed(sl, -1);
+        } while (err == EINTR);
+        if (err == EDEADLK) {
+            seqlock_die_("read_seqlock_excl: the calling thread already "
+                         "holds this seqlock");
+        }
+    }
+}
+
+/**
+ * read_sequnlock_excl - release the lock word taken by read_seqlock_excl
+ * The release exchange orders the section before the next owner's
+ * acquire; a writer asleep on the lock word is woken.
+ */
+static inline void
+read_sequnlock_excl(seqlock_t *sl)
+{
+    uint32_t old = atomic_exchange_explicit(&sl->owner, 0,
+                                            memory_order_release);
+    if (old & SEQLOCK_WAITERS) {
+        seqlock_wake_writer_(sl);
+    }
+}
+
+/**
  * write_sequnlock - end a write section and release the lock
  * The release store of the even count publishes the data stores to readers
  * whose acquire load sees it; the seq_cst fence pairs with a sleeping
@@ -281,11 +325,7 @@ write_sequnlock(seqlock_t *sl)
     if (atomic_load_explicit(&sl->sleepers, memory_order_relaxed)) {
         seqlock_wake_readers_(sl);
     }
-    uint32_t old = atomic_exchange_explicit(&sl->owner, 0,
-                                            memory_order_release);
-    if (old & SEQLOCK_WAITERS) {
-        seqlock_wake_writer_(sl);
-    }
+    read_sequnlock_excl(sl);
 }
 
 /**

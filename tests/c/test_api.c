@@ -372,6 +372,49 @@ test_write_tryseqlock_fails_while_another_thread_holds_it(void)
     CHECK(seqlock_sequence(&sl) == 2);
 }
 
+/* ==== exclusive readers (read_seqlock_excl) ==== */
+
+static void
+test_read_seqlock_excl_leaves_the_sequence_alone(void)
+{
+    seqlock_t sl = SEQLOCK_UNLOCKED;
+    read_seqlock_excl(&sl);
+    unsigned inside = seqlock_sequence(&sl);
+    int owned = seqlock_held_by_me(&sl);
+    read_sequnlock_excl(&sl);
+    CHECK(inside == 0);
+    CHECK(owned);
+    CHECK(seqlock_sequence(&sl) == 0);
+    CHECK(seqlock_owner(&sl) == 0);
+}
+
+static void
+test_read_seqlock_excl_keeps_writers_out_but_not_readers(void)
+{
+    seqlock_t sl = SEQLOCK_UNLOCKED;
+    read_seqlock_excl(&sl);
+    unsigned seq;
+    int reader_began = seqlock_read_try_begin(&sl, &seq);
+    int reader_retries = read_seqretry(&sl, seq);
+    read_sequnlock_excl(&sl);
+    CHECK(reader_began);
+    CHECK(!reader_retries);
+}
+
+static void
+test_read_seqlock_excl_waits_for_a_writer(void)
+{
+    seqlock_t sl = SEQLOCK_UNLOCKED;
+    struct holder h;
+    CHECK(holder_start(&h, &sl));
+    int err = seqlock_lock_excl_timed(&sl, 20 * MS);
+    holder_release(&h);
+    CHECK(err == ETIMEDOUT);
+    read_seqlock_excl(&sl);
+    read_sequnlock_excl(&sl);
+    CHECK(seqlock_sequence(&sl) == 2);
+}
+
 /* ==== readers ==== */
 
 static void
@@ -1196,6 +1239,9 @@ static const struct test tests[] = {
     TEST(test_each_write_section_adds_two_to_sequence, PLAIN),
     TEST(test_write_seqlock_makes_caller_the_owner_until_unlock, PLAIN),
     TEST(test_write_tryseqlock_succeeds_when_free, PLAIN),
+    TEST(test_read_seqlock_excl_leaves_the_sequence_alone, PLAIN),
+    TEST(test_read_seqlock_excl_keeps_writers_out_but_not_readers, PLAIN),
+    TEST(test_read_seqlock_excl_waits_for_a_writer, PLAIN),
     TEST(test_write_tryseqlock_fails_while_another_thread_holds_it, PLAIN),
     TEST(test_read_seqbegin_returns_even_sequence, PLAIN),
     TEST(test_read_seqretry_is_zero_without_intervening_write, PLAIN),
