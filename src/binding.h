@@ -85,6 +85,40 @@ int wait_write_lock(seqlock_t *sl, int64_t timeout_ns);
  * holds the write lock, or a signal handler's exception). */
 int wait_read_begin(const seqlock_t *sl, unsigned *seq);
 
+/* Take sl's lock word only (read_seqlock_excl), waiting as above with no
+ * timeout.  Returns WAIT_DONE, WAIT_OWNER_DIED (taken over: the sequence
+ * may be odd), or -1. */
+int wait_lock_excl(seqlock_t *sl);
+
+/* ---- fork: making a process-private lock usable in a child ---- */
+
+/* Which thread last took a process-private lock: its PyThread ident, which
+ * (unlike its Linux thread id) the forking thread keeps in the child. */
+typedef struct {
+    _Atomic unsigned long holder;
+} fork_guard;
+
+static inline void
+fork_guard_note(fork_guard *g)
+{
+    atomic_store_explicit(&g->holder, PyThread_get_thread_ident(),
+                          memory_order_relaxed);
+}
+
+/* If sl's lock word names a thread of the process we were forked from,
+ * make the lock usable here, as CPython does for its own locks: the forking
+ * thread keeps a lock it held; a lock another thread held is released (a
+ * half-done write section is closed as it stands).  Call on slow paths
+ * only.  Returns 1 if it changed the lock. */
+int fork_guard_repair(fork_guard *g, seqlock_t *sl);
+
+/* ---- the reader's retry budget ---- */
+
+#define DEFAULT_MAX_RETRIES 16
+
+/* A max_retries value: an int from 0 to INT_MAX; -1 with an exception. */
+int max_retries_from_object(PyObject *value);
+
 /* Start a read: the fast path inline, the wait out of line. */
 static inline int
 read_begin(const seqlock_t *sl, unsigned *seq)

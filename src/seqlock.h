@@ -78,8 +78,10 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SEQLOCK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SEQLOCK_LIKELY(x) __builtin_expect(!!(x), 1)
 #else
 #define SEQLOCK_UNLIKELY(x) (x)
+#define SEQLOCK_LIKELY(x) (x)
 #endif
 
 typedef struct seqlock {
@@ -130,6 +132,11 @@ uint32_t seqlock_thread_id(void);
 /* Nonzero if the thread with this id may still exist (Linux: kill(tid, 0)
  * does not fail with ESRCH).  Elsewhere always nonzero. */
 int seqlock_thread_alive(uint32_t tid);
+
+/* Nonzero if the thread with this id belongs to the calling process (Linux:
+ * tgkill(getpid(), tid, 0)).  After fork() a lock word may name a thread of
+ * the parent, which is alive but not here.  Elsewhere always nonzero. */
+int seqlock_thread_in_this_process(uint32_t tid);
 
 /* Wake every reader asleep on the sequence counter. */
 void seqlock_wake_readers_(const seqlock_t *sl);

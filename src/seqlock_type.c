@@ -13,6 +13,10 @@
 typedef struct {
     PyObject_HEAD
     seqlock_t lock;
+    fork_guard guard;
+    _Atomic int max_retries;         /* lock-free retries before locking */
+    _Atomic uint64_t read_retries;   /* written only when a read retries */
+    _Atomic uint64_t read_fallbacks; /* ... or falls back to the lock */
     PyObject *weakreflist;
 } SeqLockObject;
 
@@ -27,20 +31,58 @@ typedef struct {
 /* Take the write lock within timeout_ns (-1: for ever).  Returns 1 if
  * taken, 0 on timeout, -1 with an exception set. */
 static int
+warn_owner_died(void)
+{
+    return PyErr_WarnEx(PyExc_RuntimeWarning,
+                        "took over a write lock whose owner thread exited "
+                        "without releasing it", 1);
+}
+
+static int
 take_write_lock(SeqLockObject *self, int64_t timeout_ns)
 {
     if (SEQLOCK_UNLIKELY(!write_tryseqlock(&self->lock))) {
+        (void)fork_guard_repair(&self->guard, &self->lock);
         int got = wait_write_lock(&self->lock, timeout_ns);
-        if (got == WAIT_OWNER_DIED
-            && PyErr_WarnEx(PyExc_RuntimeWarning,
-                            "took over a write lock whose owner thread "
-                            "exited without releasing it", 1) < 0) {
+        if (got < 0 || got == WAIT_TIMED_OUT) {
+            return got < 0 ? -1 : 0;
+        }
+        if (got == WAIT_OWNER_DIED && warn_owner_died() < 0) {
             write_sequnlock(&self->lock);
             return -1;
         }
-        return got < 0 ? -1 : got != WAIT_TIMED_OUT;
     }
+    fork_guard_note(&self->guard);
     return 1;
+}
+
+/* Take the lock word for a reader's locking pass (the sequence stays as it
+ * is, so lock-free readers carry on).  0, or -1 with an exception. */
+static int
+take_read_lock(SeqLockObject *self)
+{
+    if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+            &self->lock.owner, &(uint32_t){0}, seqlock_thread_id(),
+            memory_order_acquire, memory_order_relaxed))) {
+        (void)fork_guard_repair(&self->guard, &self->lock);
+        int got = wait_lock_excl(&self->lock);
+        if (got < 0) {
+            return -1;
+        }
+        if (got == WAIT_OWNER_DIED) {
+            unsigned seq = seqlock_sequence(&self->lock);
+            if (seq & 1u) { /* close the dead owner's section */
+                atomic_store_explicit(&self->lock.sequence, seq + 1,
+                                      memory_order_release);
+            }
+            if (warn_owner_died() < 0) {
+                read_sequnlock_excl(&self->lock);
+                return -1;
+            }
+        }
+    }
+    fork_guard_note(&self->guard);
+    return 0;
 }
 
 /* Release the write lock the calling thread holds; -1 with RuntimeError
@@ -49,7 +91,12 @@ static int
 release_write_lock(SeqLockObject *self)
 {
     uint32_t owner = seqlock_owner(&self->lock);
-    if (owner == 0) {
+    if (owner != 0 && owner != seqlock_thread_id()
+        && fork_guard_repair(&self->guard, &self->lock)) {
+        owner = seqlock_owner(&self->lock);
+    }
+    if (owner == 0 || !(seqlock_sequence(&self->lock) & 1u)) {
+        /* Free, or held by a reader's locking pass, not a writer. */
         PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
         return -1;
     }
@@ -66,7 +113,11 @@ release_write_lock(SeqLockObject *self)
 static int
 read_begin_or_raise(SeqLockObject *self, unsigned *seq)
 {
-    int begun = read_begin(&self->lock, seq);
+    if (SEQLOCK_LIKELY(seqlock_read_try_begin(&self->lock, seq))) {
+        return 0;
+    }
+    (void)fork_guard_repair(&self->guard, &self->lock);
+    int begun = wait_read_begin(&self->lock, seq);
     if (SEQLOCK_UNLIKELY(begun == WAIT_OWNER_DIED)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the write lock's owner thread exited inside a write "
@@ -81,9 +132,13 @@ read_begin_or_raise(SeqLockObject *self, unsigned *seq)
 static PyObject *
 SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 0
-        || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "SeqLock() takes no arguments");
+    static char *keywords[] = {"max_retries", NULL};
+    PyObject *max_retries_obj = NULL;
+    int max_retries = DEFAULT_MAX_RETRIES;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:SeqLock", keywords,
+                                     &max_retries_obj)
+        || (max_retries_obj != NULL
+            && (max_retries = max_retries_from_object(max_retries_obj)) < 0)) {
         return NULL;
     }
     SeqLockObject *self = (SeqLockObject *)type->tp_alloc(type, 0);
@@ -91,6 +146,10 @@ SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     seqlock_init(&self->lock);
+    atomic_init(&self->guard.holder, 0);
+    atomic_init(&self->max_retries, max_retries);
+    atomic_init(&self->read_retries, 0);
+    atomic_init(&self->read_fallbacks, 0);
     self->weakreflist = NULL;
     return (PyObject *)self;
 }
@@ -213,6 +272,21 @@ SeqLock_write(SeqLockObject *self, PyObject *args, PyObject *kwargs)
     return (PyObject *)section;
 }
 
+/* The pass of read() that no write may overlap: writers are kept out by
+ * holding the lock word; lock-free readers are not disturbed. */
+static PyObject *
+read_locked(SeqLockObject *self, PyObject *fn, PyObject *const *args,
+            Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (take_read_lock(self) < 0) {
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
+    read_sequnlock_excl(&self->lock);
+    atomic_fetch_add_explicit(&self->read_fallbacks, 1, memory_order_relaxed);
+    return result;
+}
+
 PyDoc_STRVAR(SeqLock_read_doc,
 "read($self, fn, /, *args, **kwargs)\n--\n\n"
 "Call fn(*args, **kwargs) until no write overlaps the call; return its\n"
@@ -222,7 +296,10 @@ PyDoc_STRVAR(SeqLock_read_doc,
 "raised by a run that overlapped a write is discarded and the call\n"
 "retried; one raised by a run that no write overlapped propagates, as\n"
 "does any BaseException that is not an Exception (KeyboardInterrupt).\n"
-"While a writer is active the thread waits with the GIL released.\n"
+"While a writer is active the thread waits with the GIL released.  After\n"
+"max_retries overlapped runs in a row, fn runs once more with the lock\n"
+"held against writers, so a reader always finishes (read_fallbacks\n"
+"counts these).\n"
 "Raises RuntimeError if this thread holds the write lock.");
 
 static PyObject *
@@ -242,16 +319,23 @@ SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
                      Py_TYPE(fn)->tp_name);
         return NULL;
     }
-    for (;;) {
+    int max_retries = atomic_load_explicit(&self->max_retries,
+                                           memory_order_relaxed);
+    for (int failed = 0;; failed++) {
+        if (SEQLOCK_UNLIKELY(failed > max_retries)) {
+            return read_locked(self, fn, args + 1, nargs - 1, kwnames);
+        }
         unsigned seq;
         if (read_begin_or_raise(self, &seq) < 0) {
             return NULL;
         }
         PyObject *result = PyObject_Vectorcall(fn, args + 1, nargs - 1,
                                                kwnames);
-        if (!read_seqretry(&self->lock, seq)) {
+        if (SEQLOCK_LIKELY(!read_seqretry(&self->lock, seq))) {
             return result;
         }
+        atomic_fetch_add_explicit(&self->read_retries, 1,
+                                  memory_order_relaxed);
         /* A write overlapped: whatever fn saw may be torn. */
         if (result != NULL) {
             Py_DECREF(result);
@@ -357,7 +441,49 @@ static PyMethodDef SeqLock_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+SeqLock_get_max_retries(SeqLockObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(atomic_load_explicit(&self->max_retries,
+                                                memory_order_relaxed));
+}
+
+static int
+SeqLock_set_max_retries(SeqLockObject *self, PyObject *value,
+                        void *Py_UNUSED(closure))
+{
+    int n = max_retries_from_object(value);
+    if (n < 0) {
+        return -1;
+    }
+    atomic_store_explicit(&self->max_retries, n, memory_order_relaxed);
+    return 0;
+}
+
+static PyObject *
+SeqLock_get_read_retries(SeqLockObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
+        &self->read_retries, memory_order_relaxed));
+}
+
+static PyObject *
+SeqLock_get_read_fallbacks(SeqLockObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
+        &self->read_fallbacks, memory_order_relaxed));
+}
+
 static PyGetSetDef SeqLock_getset[] = {
+    {"max_retries", (getter)SeqLock_get_max_retries,
+     (setter)SeqLock_set_max_retries,
+     PyDoc_STR("How many overlapped runs read() retries lock-free before it "
+               "runs fn once with writers locked out (default 16)."), NULL},
+    {"read_retries", (getter)SeqLock_get_read_retries, NULL,
+     PyDoc_STR("Runs of read()'s fn discarded because a write overlapped "
+               "them."), NULL},
+    {"read_fallbacks", (getter)SeqLock_get_read_fallbacks, NULL,
+     PyDoc_STR("Times read() ran out of retries and took the lock."), NULL},
     {"sequence", (getter)SeqLock_get_sequence, NULL,
      PyDoc_STR("The sequence count: even while no writer is active, odd "
                "during a write section; +2 per completed write."), NULL},
@@ -371,14 +497,15 @@ static PyMemberDef SeqLock_members[] = {
 };
 
 PyDoc_STRVAR(SeqLock_doc,
-"SeqLock()\n--\n\n"
+"SeqLock(*, max_retries=16)\n--\n\n"
 "A sequence lock: writers serialise, readers take no lock.\n\n"
 "A writer takes the lock (``with lock:``, ``lock.write(timeout)`` or\n"
 "``acquire_write``), which makes the sequence odd, changes the shared\n"
 "state, and releases it, which makes the sequence even again.  A reader\n"
 "copies the state inside ``lock.read(fn)``, or between ``read_begin()``\n"
 "and ``read_retry(seq)``, and retries if a write overlapped.  Readers\n"
-"never block writers and never write shared memory.");
+"never block writers and never write shared memory, except that read()\n"
+"locks writers out for one run after max_retries overlapped runs.");
 
 static PyType_Slot SeqLock_slots[] = {
     {Py_tp_new, SeqLock_new},

@@ -23,6 +23,10 @@ typedef struct {
     record_layout *layout;
     void *memory;    /* a private record's own memory, else NULL */
     Py_buffer view;  /* a shared record's buffer (view.obj NULL if none) */
+    fork_guard guard;                /* for a private record only */
+    _Atomic int max_retries;         /* lock-free retries before locking */
+    _Atomic uint64_t read_retries;   /* written only when a read retries */
+    _Atomic uint64_t read_fallbacks; /* ... or falls back to the lock */
     PyObject *weakreflist;
 } SeqRecordObject;
 
@@ -50,6 +54,17 @@ state_of(PyObject *self)
 
 /* ---- waiting, recovery, write sections ---- */
 
+/* On a slow path: after fork(), make a private record's lock usable in
+ * the child.  A shared record's lock is left alone: its holder may be a
+ * live thread of another process. */
+static void
+repair_after_fork(SeqRecordObject *self)
+{
+    if (self->memory != NULL) {
+        (void)fork_guard_repair(&self->guard, &self->h->lock);
+    }
+}
+
 /* Finish a write section that died with its process: take the lock (the
  * core hands it over with EOWNERDEAD), undo, release.  0 or -1. */
 static int
@@ -66,29 +81,79 @@ recover_dead_writer(SeqRecordObject *self)
     return 0;
 }
 
+static void
+copy_out(SeqRecordObject *self, void *dst, size_t offset, size_t n)
+{
+    if (offset == 0 && n == self->h->data_bytes) {
+        seqlock_read_copy(dst, self->data, n);
+    }
+    else {
+        record_load_bytes(dst, self->data, offset, n);
+    }
+}
+
+/* The locking pass of a reader that ran out of retries: hold the lock
+ * word against writers (lock-free readers carry on), copy, release. */
+static int
+snapshot_locked(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+                unsigned *seq)
+{
+    record_header *h = self->h;
+    if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
+            &h->lock.owner, &(uint32_t){0}, seqlock_thread_id(),
+            memory_order_acquire, memory_order_relaxed))) {
+        repair_after_fork(self);
+        int got = wait_lock_excl(&h->lock);
+        if (got < 0) {
+            return -1;
+        }
+        if (got == WAIT_OWNER_DIED) {
+            record_recover(h);
+            unsigned s = seqlock_sequence(&h->lock);
+            if (s & 1u) { /* close the dead writer's section */
+                atomic_store_explicit(&h->lock.sequence, s + 1,
+                                      memory_order_release);
+            }
+        }
+    }
+    copy_out(self, dst, offset, n);
+    *seq = seqlock_sequence(&h->lock);
+    read_sequnlock_excl(&h->lock);
+    atomic_fetch_add_explicit(&self->read_fallbacks, 1, memory_order_relaxed);
+    return 0;
+}
+
 /* Copy data bytes [offset, +n) of one consistent snapshot into dst and
  * store its sequence number in *seq.  0, or -1 with an exception. */
 static int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          unsigned *seq)
 {
-    for (;;) {
-        int begun = read_begin(&self->h->lock, seq);
-        if (SEQLOCK_UNLIKELY(begun != WAIT_DONE)) {
-            if (begun < 0 || recover_dead_writer(self) < 0) {
+    int max_retries = atomic_load_explicit(&self->max_retries,
+                                           memory_order_relaxed);
+    for (int failed = 0;; failed++) {
+        if (SEQLOCK_UNLIKELY(failed > max_retries)) {
+            return snapshot_locked(self, dst, offset, n, seq);
+        }
+        if (SEQLOCK_UNLIKELY(!seqlock_read_try_begin(&self->h->lock, seq))) {
+            repair_after_fork(self);
+            int begun = wait_read_begin(&self->h->lock, seq);
+            if (begun < 0) {
                 return -1;
             }
-            continue;
+            if (begun == WAIT_OWNER_DIED) {
+                if (recover_dead_writer(self) < 0) {
+                    return -1;
+                }
+                continue;
+            }
         }
-        if (offset == 0 && n == self->h->data_bytes) {
-            seqlock_read_copy(dst, self->data, n);
-        }
-        else {
-            record_load_bytes(dst, self->data, offset, n);
-        }
-        if (!read_seqretry(&self->h->lock, *seq)) {
+        copy_out(self, dst, offset, n);
+        if (SEQLOCK_LIKELY(!read_seqretry(&self->h->lock, *seq))) {
             return 0;
         }
+        atomic_fetch_add_explicit(&self->read_retries, 1,
+                                  memory_order_relaxed);
     }
 }
 
@@ -99,6 +164,7 @@ begin_write(SeqRecordObject *self, int64_t timeout_ns)
 {
     int got = WAIT_DONE;
     if (SEQLOCK_UNLIKELY(!write_tryseqlock(&self->h->lock))) {
+        repair_after_fork(self);
         got = wait_write_lock(&self->h->lock, timeout_ns);
         if (got < 0 || got == WAIT_TIMED_OUT) {
             return got < 0 ? -1 : 0;
@@ -107,6 +173,7 @@ begin_write(SeqRecordObject *self, int64_t timeout_ns)
             record_recover(self->h);
         }
     }
+    fork_guard_note(&self->guard);
     record_save_undo(self->h);
     return 1;
 }
@@ -236,6 +303,10 @@ record_alloc(PyTypeObject *type, PyObject *kwargs)
         return NULL;
     }
     self->layout = layout;
+    atomic_init(&self->guard.holder, 0);
+    atomic_init(&self->max_retries, DEFAULT_MAX_RETRIES);
+    atomic_init(&self->read_retries, 0);
+    atomic_init(&self->read_fallbacks, 0);
     return self;
 }
 
@@ -674,6 +745,40 @@ SeqRecord_get_recoveries(SeqRecordObject *self, void *Py_UNUSED(closure))
         &self->h->recoveries, memory_order_relaxed));
 }
 
+static PyObject *
+SeqRecord_get_max_retries(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(atomic_load_explicit(&self->max_retries,
+                                                memory_order_relaxed));
+}
+
+static int
+SeqRecord_set_max_retries(SeqRecordObject *self, PyObject *value,
+                          void *Py_UNUSED(closure))
+{
+    int n = max_retries_from_object(value);
+    if (n < 0) {
+        return -1;
+    }
+    atomic_store_explicit(&self->max_retries, n, memory_order_relaxed);
+    return 0;
+}
+
+static PyObject *
+SeqRecord_get_read_retries(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
+        &self->read_retries, memory_order_relaxed));
+}
+
+static PyObject *
+SeqRecord_get_read_fallbacks(SeqRecordObject *self,
+                             void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
+        &self->read_fallbacks, memory_order_relaxed));
+}
+
 static PyMethodDef SeqRecord_methods[] = {
     {"create", (PyCFunction)(void (*)(void))SeqRecord_create,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_doc},
@@ -709,6 +814,16 @@ static PyGetSetDef SeqRecord_getset[] = {
                "layout)."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
+    {"max_retries", (getter)SeqRecord_get_max_retries,
+     (setter)SeqRecord_set_max_retries,
+     PyDoc_STR("How many overlapped copies a read retries lock-free before "
+               "it copies once with writers locked out (default 16)."), NULL},
+    {"read_retries", (getter)SeqRecord_get_read_retries, NULL,
+     PyDoc_STR("Copies discarded because a write overlapped them (this "
+               "object's reads)."), NULL},
+    {"read_fallbacks", (getter)SeqRecord_get_read_fallbacks, NULL,
+     PyDoc_STR("Reads that ran out of retries and took the lock (this "
+               "object's reads)."), NULL},
     {"recoveries", (getter)SeqRecord_get_recoveries, NULL,
      PyDoc_STR("Write sections undone because their writer died inside "
                "them."), NULL},
@@ -763,6 +878,9 @@ check_in_section(RecordWriterObject *w)
                         "the write section is not open: use the writer "
                         "inside its with block");
         return -1;
+    }
+    if (!seqlock_held_by_me(&w->record->h->lock)) {
+        repair_after_fork(w->record); /* the forking thread keeps it */
     }
     if (!seqlock_held_by_me(&w->record->h->lock)) {
         PyErr_SetString(PyExc_RuntimeError,

@@ -13,6 +13,7 @@
 #include "binding.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <time.h>
 
@@ -117,6 +118,13 @@ core_write_lock(seqlock_t *sl, int64_t timeout_ns, unsigned *unused)
 }
 
 static int
+core_lock_excl(seqlock_t *sl, int64_t timeout_ns, unsigned *unused)
+{
+    (void)unused;
+    return seqlock_lock_excl_timed(sl, timeout_ns);
+}
+
+static int
 core_read_begin(seqlock_t *sl, int64_t timeout_ns, unsigned *seq)
 {
     return seqlock_read_begin_timed(sl, timeout_ns, seq);
@@ -157,4 +165,79 @@ wait_read_begin(const seqlock_t *sl, unsigned *seq)
     default:
         return -1;
     }
+}
+
+int
+wait_lock_excl(seqlock_t *sl)
+{
+    unsigned unused;
+    switch (wait_in_slices(core_lock_excl, sl, -1, &unused)) {
+    case 0:
+        return WAIT_DONE;
+    case EOWNERDEAD:
+        return WAIT_OWNER_DIED;
+    case EDEADLK:
+        PyErr_SetString(PyExc_RuntimeError,
+                        "cannot read while this thread holds the write lock");
+        return -1;
+    default:
+        return -1;
+    }
+}
+
+int
+fork_guard_repair(fork_guard *g, seqlock_t *sl)
+{
+    uint32_t word = atomic_load_explicit(&sl->owner, memory_order_relaxed);
+    uint32_t owner = word & SEQLOCK_OWNER_MASK;
+    uint32_t me = seqlock_thread_id();
+    if (owner == 0 || owner == me || seqlock_thread_in_this_process(owner)) {
+        return 0;
+    }
+    int forking_thread_held_it =
+        atomic_load_explicit(&g->holder, memory_order_relaxed)
+        == PyThread_get_thread_ident();
+    if (!atomic_compare_exchange_strong_explicit(
+            &sl->owner, &word, me | (word & SEQLOCK_WAITERS),
+            memory_order_acquire, memory_order_relaxed)) {
+        return 0; /* another thread of ours repaired it first */
+    }
+    if (forking_thread_held_it) {
+        return 1; /* ours now under our new thread id; sequence untouched */
+    }
+    if (seqlock_sequence(sl) & 1u) {
+        write_sequnlock(sl); /* close the orphaned section, wake readers */
+    }
+    else {
+        read_sequnlock_excl(sl);
+    }
+    return 1;
+}
+
+int
+max_retries_from_object(PyObject *value)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cannot delete max_retries");
+        return -1;
+    }
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "max_retries must be an int, not %.200s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long n = PyLong_AsLongAndOverflow(value, &overflow);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow < 0 || (!overflow && n < 0)) {
+        PyErr_SetString(PyExc_ValueError, "max_retries must not be negative");
+        return -1;
+    }
+    if (overflow > 0 || n > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "max_retries is too large");
+        return -1;
+    }
+    return (int)n;
 }

@@ -596,6 +596,23 @@ test_thread_alive_for_self(void)
 }
 
 static void
+test_thread_in_this_process_tells_own_threads_from_others(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        pause();
+        _exit(0);
+    }
+    int own = seqlock_thread_in_this_process(seqlock_thread_id());
+    int child = seqlock_thread_in_this_process((uint32_t)pid);
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    CHECK(own);
+    CHECK(!child);
+}
+
+static void
 test_thread_alive_is_false_for_reaped_child(void)
 {
     /* A child that exited and was reaped has no thread left; its id is
@@ -1259,6 +1276,8 @@ static const struct test tests[] = {
     TEST(test_owner_and_held_by_me_name_the_other_thread_holding_it, PLAIN),
     TEST(test_thread_alive_for_self, PLAIN),
     TEST(test_thread_alive_is_false_for_reaped_child, FORKS_OR_SIGNALS),
+    TEST(test_thread_in_this_process_tells_own_threads_from_others,
+         FORKS_OR_SIGNALS),
     TEST(test_write_lock_timed_takes_free_lock, PLAIN),
     TEST(test_write_lock_timed_with_zero_timeout_fails_while_held_elsewhere,
          PLAIN),
