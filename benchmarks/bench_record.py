@@ -103,6 +103,24 @@ def reader_record(rec, lock, box, seconds):
     yield n, clock() - t0
 
 
+def reader_record_into(rec, lock, box, seconds):
+    into = rec.read_into
+    buf = bytearray(rec.nbytes)  # this thread's own buffer
+    rng = range(CHUNK)
+    clock = time.perf_counter
+    n = 0
+    yield
+    t0 = clock()
+    deadline = t0 + seconds
+    while True:
+        for _ in rng:
+            into(buf)
+        n += CHUNK
+        if clock() >= deadline:
+            break
+    yield n, clock() - t0
+
+
 def reader_lock(rec, lock, box, seconds):
     acquire = lock.acquire
     release = lock.release
@@ -213,6 +231,7 @@ THREAD_CONTENDERS = {
     # name: (reader, writer)
     "local": (reader_local, writer_record),  # the record writer as load
     "rec.read": (reader_record, writer_record),
+    "rec.read_into": (reader_record_into, writer_record),
     "Lock": (reader_lock, writer_lock),
     "copy-on-write": (reader_cow, writer_cow),
 }
@@ -269,6 +288,7 @@ def run_threads(name, nthreads, seconds):
 THREAD_CONFIGS = [
     ("local", 1), ("local", 2),
     ("rec.read", 1), ("rec.read", 2),
+    ("rec.read_into", 1), ("rec.read_into", 2),
     ("Lock", 1), ("Lock", 2),
     ("copy-on-write", 1), ("copy-on-write", 2),
 ]
@@ -277,7 +297,7 @@ THREAD_CONFIGS = [
 def bench_threads(args, out):
     samples = {f"{n} x{k}": [] for n, k in THREAD_CONFIGS}
     writes = {f"{n} x{k}": [] for n, k in THREAD_CONFIGS}
-    scaling = {"local": [], "rec.read": [], "Lock": [], "copy-on-write": []}
+    scaling = {name: [] for name in THREAD_CONTENDERS}
     for _ in range(args.repeats):
         this_round = {}
         for name, k in THREAD_CONFIGS:
@@ -308,6 +328,10 @@ def bench_threads(args, out):
                                               / med["Lock x2"])
     out["ratios"]["read/copy-on-write (2 threads)"] = (
         med["rec.read x2"] / med["copy-on-write x2"])
+    out["ratios"]["read_into/Lock (2 threads)"] = (
+        med["rec.read_into x2"] / med["Lock x2"])
+    out["ratios"]["read_into/copy-on-write (2 threads)"] = (
+        med["rec.read_into x2"] / med["copy-on-write x2"])
 
 
 # ---- single thread: read_into against near-empty C calls -----------------
@@ -333,7 +357,12 @@ def _loop_onearg(fn, arg, n):
 
 def single_variants():
     rec = SeqRecord(**FIELDS)
-    rec.update(a=1.0, b=2.0, c=3.0, d=4.0)
+    # A record some writer has used: its sequence is past CPython's cached
+    # small ints (<= 256), as it is in any real use.
+    for i in range(1000):
+        rec.update(a=float(i), b=1.0, c=2.0, d=3.0)
+    fresh = SeqRecord(**FIELDS)
+    fresh.update(a=1.0, b=2.0, c=3.0, d=4.0)  # sequence 2: a cached int
     ba = bytearray(rec.nbytes)
     arr = array.array("d", bytes(rec.nbytes))
     assert len(arr) == 4
@@ -341,20 +370,24 @@ def single_variants():
     return {
         "rec.locked()": (
             _loop_noargs, rec.locked, None,
-            "METH_NOARGS on the record: one relaxed load, returns a bool"),
+            "baseline: METH_NOARGS on the record, one load, returns a bool"),
         "callable(ba)": (
             _loop_onearg, callable, ba,
-            "METH_O builtin (not on the record): returns a bool"),
+            "METH_O builtin function (not on the record), returns a bool"),
         "rec.get('nope')": (
             _loop_onearg, rec.get, "nope",
-            "METH_FASTCALL on the record: one dict miss, returns None"),
+            "METH_FASTCALL on the record: a dict miss, returns None"),
         "rec.read_into(bytearray)": (
-            _loop_onearg, rec.read_into, ba, "METH_O: buffer + snapshot"),
+            _loop_onearg, rec.read_into, ba,
+            "METH_O: buffer export + snapshot + int(sequence)"),
         "rec.read_into(array('d'))": (
-            _loop_onearg, rec.read_into, arr, "METH_O: buffer + snapshot"),
+            _loop_onearg, rec.read_into, arr, "the same into an array('d')"),
+        "fresh.read_into(bytearray)": (
+            _loop_onearg, fresh.read_into, ba,
+            "the same, sequence 2 (a cached small int)"),
         "rec.read()": (
             _loop_noargs, rec.read, None,
-            "METH_NOARGS: snapshot + tuple of 4 new floats"),
+            "METH_NOARGS: snapshot + a tuple of 4 new floats"),
     }
 
 
@@ -390,6 +423,8 @@ def bench_single(args, out):
         med["rec.read_into(array('d'))"] / base)
     out["ratios"]["read_into/callable() time"] = (
         med["rec.read_into(bytearray)"] / med["callable(ba)"])
+    out["ratios"]["read_into seq<=256/locked() time"] = (
+        med["fresh.read_into(bytearray)"] / base)
 
 
 # ---- processes: SharedMemory record against multiprocessing.Lock --------
@@ -568,6 +603,13 @@ def fmt_rate(r):
     return f"{r / 1e6:8.2f} M/s" if r >= 1e6 else f"{r / 1e3:8.1f} k/s"
 
 
+def loadavg():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
 def report(out):
     info = out["interpreter"]
     print(f"# bench_record  Python {info['python']} "
@@ -576,6 +618,9 @@ def report(out):
           f"os.cpu_count()={info['cpu_count']}  "
           f"--seconds {out['seconds']:g} --repeats {out['repeats']}  "
           "(medians)")
+    print(f"# 1-minute load average {out['load_before']:.2f} before, "
+          f"{out['load_after']:.2f} after (other work on a shared machine "
+          "skews scaling)")
     if "threads" in out:
         t = out["threads"]
         print("\nthreads: reads/s, one writer at ~1 kHz")
@@ -603,7 +648,7 @@ def report(out):
     print()
     for name, value in out["ratios"].items():
         tail = f"   {verdict(name, value)}" if name in TARGETS else ""
-        print(f"ratio {name:<34}{value:8.2f}{tail}")
+        print(f"ratio {name:<38}{value:8.2f}{tail}")
 
 
 def main(argv=None):
@@ -625,13 +670,15 @@ def main(argv=None):
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
 
     out = {"interpreter": interpreter_info(), "seconds": args.seconds,
-           "repeats": args.repeats, "targets": TARGETS, "ratios": {}}
+           "repeats": args.repeats, "targets": TARGETS, "ratios": {},
+           "load_before": loadavg()}
     if "threads" in sections:
         bench_threads(args, out)
     if "single" in sections:
         bench_single(args, out)
     if "procs" in sections:
         bench_procs(args, out)
+    out["load_after"] = loadavg()
     report(out)
     if args.json:
         with open(args.json, "w") as f:
