@@ -313,12 +313,15 @@ def bench_threads(args, out):
                                  / this_round[f"{name} x1"])
     med = {k: statistics.median(v) for k, v in samples.items()}
     sc = {k: statistics.median(v) for k, v in scaling.items()}
-    rel = statistics.median(r / l for r, l in zip(scaling["rec.read"],
-                                                   scaling["local"]))
+    rel_rounds = [r / l for r, l in zip(scaling["rec.read"],
+                                        scaling["local"])]
+    rel = statistics.median(rel_rounds)
     out["threads"] = {
         "reads_per_s": med,
         "writes_per_s": {k: statistics.median(v) for k, v in writes.items()},
         "scaling": sc,
+        "scaling_rounds": scaling,
+        "record_scaling/local_scaling rounds": rel_rounds,
         "samples": samples,
     }
     out["ratios"]["record_scaling"] = sc["rec.read"]
@@ -631,6 +634,13 @@ def report(out):
                   f"{fmt_rate(t['reads_per_s'][name + ' x2']):>14}"
                   f"{t['scaling'][name]:>8.2f}x"
                   f"{t['writes_per_s'][name + ' x2']:>15.0f}")
+        rounds = t["record_scaling/local_scaling rounds"]
+        print("  record_scaling/local_scaling per round: "
+              + " ".join(f"{r:.2f}" for r in rounds))
+        if t["scaling"]["local"] < 1.5:
+            print(f"  WARNING: thread-local work scaled only "
+                  f"{t['scaling']['local']:.2f}x with 2 threads: the second "
+                  "core was mostly busy, so the scaling ratios say little")
     if "single" in out:
         s = out["single"]
         print("\nsingle thread: ns per call (method bound to a local, "
