@@ -436,7 +436,7 @@ def bench_single(args, out):
 # contender, one round) starts with all of them and the main process behind
 # one Barrier and lasts --seconds.
 
-PROC_CONTENDERS = ["rec.read", "mp.Lock"]
+PROC_CONTENDERS = ["rec.read", "rec.read_into", "mp.Lock"]
 DOUBLES = struct.Struct("4d")
 
 
@@ -454,6 +454,8 @@ def proc_reader(rec_name, raw_name, lock, barrier, results, plan, seconds):
         for rnd, name in plan:
             if name == "rec.read":
                 count = _proc_read_record(rec, barrier, seconds)
+            elif name == "rec.read_into":
+                count = _proc_read_record_into(rec, barrier, seconds)
             else:
                 count = _proc_read_lock(raw_shm.buf, lock, barrier, seconds)
             results.put((rnd, name, count))
@@ -474,6 +476,24 @@ def _proc_read_record(rec, barrier, seconds):
     while True:
         for _ in rng:
             read()
+        n += CHUNK
+        if clock() >= deadline:
+            break
+    return n / (clock() - t0)
+
+
+def _proc_read_record_into(rec, barrier, seconds):
+    into = rec.read_into
+    buf = bytearray(rec.nbytes)
+    rng = range(CHUNK)
+    clock = time.perf_counter
+    n = 0
+    barrier.wait()
+    t0 = clock()
+    deadline = t0 + seconds
+    while True:
+        for _ in rng:
+            into(buf)
         n += CHUNK
         if clock() >= deadline:
             break
@@ -520,7 +540,7 @@ def proc_writer(rec_name, raw_name, lock, barrier, results, plan, seconds):
             t0 = clock()
             deadline = t0 + seconds
             while clock() < deadline:
-                if name == "rec.read":
+                if name != "mp.Lock":
                     update(a=v, b=v + 1.0, c=v + 2.0, d=v + 3.0)
                 else:
                     acquire()
@@ -592,6 +612,8 @@ def bench_procs(args, out, nreaders=2):
         "samples": samples,
     }
     out["ratios"]["read/mp.Lock (2 processes)"] = med["rec.read"] / med["mp.Lock"]
+    out["ratios"]["read_into/mp.Lock (2 processes)"] = (
+        med["rec.read_into"] / med["mp.Lock"])
 
 
 # ---- report --------------------------------------------------------------
