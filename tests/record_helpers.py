@@ -124,15 +124,17 @@ def write_section_step(rec, k):
 
 
 def attach_shared_memory(name):
-    """Open an existing SharedMemory block without handing it to this
-    process's resource tracker (only the creator unlinks it)."""
-    from multiprocessing import resource_tracker, shared_memory
+    """Open an existing SharedMemory block in a child; only the creator
+    (the test) unlinks it."""
+    from multiprocessing import shared_memory
 
     if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
-    shm = shared_memory.SharedMemory(name=name)
-    resource_tracker.unregister(shm._name, "shared_memory")
-    return shm
+    # Before 3.13 attaching registers the name with the resource tracker,
+    # but a spawned child shares its parent's tracker, whose registry is a
+    # set: the name is already there, so this adds nothing (and
+    # unregistering here would make the parent's unlink() fail in it).
+    return shared_memory.SharedMemory(name=name)
 
 
 def _report(queue, role, fn):
