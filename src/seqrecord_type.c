@@ -333,11 +333,14 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                             "version");
             goto error;
         default: {
+            /* Quote the found layout text, but only the part inside the
+             * buffer: its layout_bytes is the other record's, not ours. */
             record_header *found = self->view.buf;
+            size_t room = (size_t)self->view.len - sizeof(record_header);
             PyObject *other = PyBytes_FromStringAndSize(
                 record_layout_text(found),
-                found->layout_bytes < (uint32_t)self->view.len
-                    ? found->layout_bytes : 0);
+                (Py_ssize_t)(found->layout_bytes < room ? found->layout_bytes
+                                                        : room));
             if (other != NULL) {
                 PyErr_Format(PyExc_ValueError,
                              "the buffer holds a record with other fields: "
