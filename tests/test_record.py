@@ -130,6 +130,16 @@ def test_field_names_must_be_identifiers(name):
         SeqRecord(**{name: "d"})
 
 
+def test_attach_cannot_be_fooled_by_separators_in_field_names():
+    # The layout descriptor joins "name:code" with ';'.  These two layouts
+    # both read "a:?;b:?;c:d" and both take 16 bytes of data; the second
+    # must not open the first.
+    buf = bytearray(SeqRecord.buffer_size(a="?", b="?", c="d"))
+    with pytest.raises(ValueError):
+        SeqRecord.create(buf, **{"a:?;b": "?", "c": "d"})
+        SeqRecord.attach(buf, a="?", b="?", c="d")
+
+
 # ---- readers ----
 
 
