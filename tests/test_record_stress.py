@@ -235,3 +235,31 @@ def test_dead_writer_is_recovered_by_the_next_writer(shm):
     assert rec.recoveries == 1
     assert not rec.locked()
     del rec
+
+
+def test_dead_writer_thread_is_recovered_by_the_next_reader():
+    # The same recovery within one process: a thread that ends with its
+    # section open (no __exit__) leaves the lock word naming a dead thread.
+    rec = new_invariant_record()
+    rec.update(**invariant_state(1))
+
+    def die_in_section():
+        w = rec.write().__enter__()
+        w.a = 999
+        w.arr[0] = -1.0
+
+    t = threading.Thread(target=die_in_section)
+    t.start()
+    t.join()
+    assert rec.locked()
+
+    t0 = time.monotonic()
+    snap = rec.read()
+    elapsed = time.monotonic() - t0
+    print(f"\n    dead writer thread recovered by read() in {elapsed * 1000:.1f} ms")
+    assert snap == tuple(invariant_state(1).values())
+    assert elapsed < 5.0
+    assert rec.recoveries == 1
+    assert not rec.locked()
+    rec.update(**invariant_state(2))
+    assert rec.read() == tuple(invariant_state(2).values())
