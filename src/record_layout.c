@@ -112,6 +112,17 @@ layout_from_kwargs(PyObject *kwargs)
                             "of the record's writer");
             goto error;
         }
+        /* Names are keywords and writer attributes; and the layout
+         * descriptor that attach() compares joins "name:code" with ';', so
+         * a name holding ':' or ';' could make two layouts read alike. */
+        int ident = PyUnicode_IsIdentifier(name);
+        if (ident <= 0) {
+            if (ident == 0) {
+                PyErr_Format(PyExc_ValueError,
+                             "field name %R is not an identifier", name);
+            }
+            goto error;
+        }
         if (parse_code(name, code, f) < 0) {
             goto error;
         }

@@ -404,11 +404,14 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                             "version");
             goto error;
         default: {
+            /* Quote the found layout text, but only the part inside the
+             * buffer: its layout_bytes is the other record's, not ours. */
             record_header *found = self->view.buf;
+            size_t room = (size_t)self->view.len - sizeof(record_header);
             PyObject *other = PyBytes_FromStringAndSize(
                 record_layout_text(found),
-                found->layout_bytes < (uint32_t)self->view.len
-                    ? found->layout_bytes : 0);
+                (Py_ssize_t)(found->layout_bytes < room ? found->layout_bytes
+                                                        : room));
             if (other != NULL) {
                 PyErr_Format(PyExc_ValueError,
                              "the buffer holds a record with other fields: "
@@ -1058,16 +1061,16 @@ ArrayField_length(ArrayFieldObject *self)
     return self->field->count;
 }
 
-/* The element offset for index i (negative counts from the end), or
- * (size_t)-1 with IndexError / RuntimeError. */
+/* The element offset for index i, or (size_t)-1 with IndexError /
+ * RuntimeError.  A negative index has already had the length added by
+ * PySequence_GetItem/SetItem (sq_item's contract), so a negative i here is
+ * out of range: adding the length again would make arr[-5] of a 4-element
+ * array write arr[3]. */
 static size_t
 element_offset(ArrayFieldObject *self, Py_ssize_t i)
 {
     if (check_in_section(self->writer) < 0) {
         return (size_t)-1;
-    }
-    if (i < 0) {
-        i += self->field->count;
     }
     if (i < 0 || i >= self->field->count) {
         PyErr_Format(PyExc_IndexError, "field %R index out of range",

@@ -1,0 +1,241 @@
+"""Shared helpers for the SeqRecord tests (imported as a plain module).
+
+Thread helpers start every worker behind a threading.Barrier and re-raise a
+worker's exception in the test.  Process workers live here, at module
+level, so that the "spawn" start method can import them in a child.
+
+The invariant record used by the stress tests: fields a, b, c, arr, flag
+with b == a + 1, c == 2 * a, flag == (a is odd), and arr a permutation of
+ARRAY_VALUES (integers as floats, so the sum is exact): sum(arr) == ARRAY_SUM.
+Writers only ever publish states that satisfy it; a reader that sees one
+that does not has seen a torn snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import threading
+import time
+import traceback
+
+from seqlock_py import SeqRecord
+
+# ---- threads ----
+
+
+def run_threads(targets, *, timeout=30.0):
+    """Run each callable in targets in its own thread, all released at once
+    by a Barrier; return their results in order, re-raising the first
+    exception a worker raised."""
+    barrier = threading.Barrier(len(targets))
+    results = [None] * len(targets)
+    errors = []
+
+    def run(i, fn):
+        try:
+            barrier.wait()
+            results[i] = fn()
+        except BaseException as exc:  # re-raised in the test below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=run, args=(i, fn), name=f"worker-{i}")
+        for i, fn in enumerate(targets)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    alive = [t.name for t in threads if t.is_alive()]
+    if errors:
+        raise errors[0]
+    assert not alive, f"workers still running after {timeout} s: {alive}"
+    return results
+
+
+# ---- the invariant record ----
+
+INVARIANT_FIELDS = {"a": "q", "b": "q", "c": "d", "arr": "16d", "flag": "?"}
+ARRAY_VALUES = tuple(float(i) for i in range(1, 17))
+ARRAY_SUM = sum(ARRAY_VALUES)  # 136.0, exact
+
+
+def invariant_state(k):
+    """The consistent state number k: every field follows from k."""
+    shift = k % len(ARRAY_VALUES)
+    return {
+        "a": k,
+        "b": k + 1,
+        "c": 2.0 * k,
+        "arr": ARRAY_VALUES[shift:] + ARRAY_VALUES[:shift],
+        "flag": k % 2 == 1,
+    }
+
+
+def holds(a, b, c, arr, flag):
+    """The invariant every published state satisfies."""
+    return (
+        b == a + 1
+        and c == 2.0 * a
+        and flag == (a % 2 == 1)
+        and len(arr) == len(ARRAY_VALUES)
+        and sum(arr) == ARRAY_SUM
+        and sorted(arr) == list(ARRAY_VALUES)
+    )
+
+
+def holds_for_tuple(snap):
+    return holds(*snap)
+
+
+def holds_for_dict(snap):
+    return list(snap) == list(INVARIANT_FIELDS) and holds(**snap)
+
+
+def holds_for_flat(rec_format, raw):
+    """Check a read_into() buffer through struct.unpack(rec.format, ...)."""
+    values = struct.unpack_from(rec_format, raw)
+    a, b, c = values[0:3]
+    arr = values[3:19]
+    (flag,) = values[19:]
+    return holds(a, b, c, arr, flag)
+
+
+def write_section_step(rec, k):
+    """Move the record to invariant_state(k) in one write() section, one
+    field and one element at a time, so every intermediate state breaks
+    the invariant; readers must never see any of them."""
+    target = invariant_state(k)
+    with rec.write() as w:
+        w.a = target["a"]
+        w.c = target["c"]
+        for i, value in enumerate(target["arr"]):
+            w.arr[i] = -1.0  # breaks the sum until the next line
+            w.arr[i] = value
+        w.arr[-1] = target["arr"][-1]
+        w.flag = target["flag"]
+        w.b = w.a + 1
+
+
+# ---- shared memory ----
+
+
+def attach_shared_memory(name):
+    """Open an existing SharedMemory block in a child; only the creator
+    (the test) unlinks it."""
+    from multiprocessing import shared_memory
+
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    # Before 3.13 attaching registers the name with the resource tracker,
+    # but a spawned child shares its parent's tracker, whose registry is a
+    # set: the name is already there, so this adds nothing (and
+    # unregistering here would make the parent's unlink() fail in it).
+    return shared_memory.SharedMemory(name=name)
+
+
+def _report(queue, role, fn):
+    """Run fn() in a child and send ("ok", role, result) or ("error",
+    role, traceback text) to the parent."""
+    try:
+        queue.put(("ok", role, fn()))
+    except BaseException:
+        queue.put(("error", role, traceback.format_exc()))
+
+
+def process_reader(name, barrier, duration, queue):
+    """Child: read the shared invariant record for duration seconds with
+    read(), read_dict(), read_into() and rec['arr']; count torn reads."""
+
+    def work():
+        shm = attach_shared_memory(name)
+        rec = SeqRecord.attach(shm.buf, **INVARIANT_FIELDS)
+        reads = torn = 0
+        first_torn = None
+        raw = bytearray(rec.nbytes)
+        fmt = rec.format
+        read, read_dict, read_into = rec.read, rec.read_dict, rec.read_into
+        last_seq = 0
+        barrier.wait(timeout=60)
+        deadline = time.monotonic() + duration
+        while time.monotonic() < deadline:
+            for kind in range(4):
+                if kind == 0:
+                    snap = read()
+                    ok = holds_for_tuple(snap)
+                elif kind == 1:
+                    snap = read_dict()
+                    ok = holds_for_dict(snap)
+                elif kind == 2:
+                    seq = read_into(raw)
+                    ok = seq % 2 == 0 and seq >= last_seq and holds_for_flat(fmt, raw)
+                    last_seq = seq
+                    snap = bytes(raw)
+                else:
+                    snap = rec["arr"]
+                    ok = sum(snap) == ARRAY_SUM and sorted(snap) == list(ARRAY_VALUES)
+                reads += 1
+                if not ok:
+                    torn += 1
+                    first_torn = first_torn or repr(snap)
+        del rec, read, read_dict, read_into
+        shm.close()
+        return {"reads": reads, "torn": torn, "first_torn": first_torn}
+
+    _report(queue, "reader", work)
+
+
+def process_writer(name, barrier, duration, queue, start_k, use_sections):
+    """Child: publish invariant states k = start_k, start_k + 1, ... for
+    duration seconds with update() or with write() sections."""
+
+    def work():
+        shm = attach_shared_memory(name)
+        rec = SeqRecord.attach(shm.buf, **INVARIANT_FIELDS)
+        writes = 0
+        barrier.wait(timeout=60)
+        deadline = time.monotonic() + duration
+        k = start_k
+        while time.monotonic() < deadline:
+            if use_sections:
+                write_section_step(rec, k)
+            else:
+                rec.update(**invariant_state(k))
+            writes += 1
+            k += 1
+        del rec
+        shm.close()
+        return {"writes": writes}
+
+    _report(queue, "writer", work)
+
+
+def process_update(name, fields, values, queue):
+    """Child: attach to a shared record, update it once, report its read()."""
+
+    def work():
+        shm = attach_shared_memory(name)
+        rec = SeqRecord.attach(shm.buf, **fields)
+        rec.update(**values)
+        snap = rec.read()
+        del rec
+        shm.close()
+        return snap
+
+    _report(queue, "updater", work)
+
+
+def process_die_in_write_section(name):
+    """Child: complete one write (state 1), then open a write section,
+    break the invariant half-way, and die with the section still open."""
+    shm = attach_shared_memory(name)
+    rec = SeqRecord.attach(shm.buf, **INVARIANT_FIELDS)
+    rec.update(**invariant_state(1))
+    section = rec.write()
+    w = section.__enter__()
+    w.a = 999
+    w.arr[0] = -1.0
+    os._exit(0)  # no __exit__, no cleanup: the lock word names a dead thread

@@ -1,0 +1,832 @@
+"""SeqRecord: numeric fields held in C inside a seqlock.
+
+One behaviour per test; the test names read as the specification.
+"""
+
+from __future__ import annotations
+
+import array
+import copy
+import mmap
+import multiprocessing
+import pickle
+import struct
+import threading
+from multiprocessing import shared_memory
+
+import pytest
+
+import record_helpers
+from record_helpers import run_threads
+from seqlock_py import SeqRecord
+
+pytestmark = pytest.mark.timeout(60)
+
+MIXED = {"x": "d", "flag": "?", "n": "q", "arr": "4d", "u": "Q"}
+
+
+@pytest.fixture
+def rec():
+    return SeqRecord(**MIXED)
+
+
+@pytest.fixture
+def shm():
+    block = shared_memory.SharedMemory(create=True, size=4096)
+    yield block
+    block.close()
+    block.unlink()
+
+
+# ---- construction and layout ----
+
+
+def test_fields_are_named_in_keyword_order():
+    assert SeqRecord(z="d", a="q", m="?").fields == ("z", "a", "m")
+
+
+def test_fields_start_at_zero(rec):
+    assert rec.read() == (0.0, False, 0, (0.0, 0.0, 0.0, 0.0), 0)
+
+
+def test_values_read_back_with_their_python_types(rec):
+    x, flag, n, arr, u = rec.read()
+    assert [type(v) for v in (x, flag, n, arr, u)] == [float, bool, int, tuple, int]
+    assert all(type(item) is float for item in arr)
+
+
+def test_format_matches_struct_layout_with_padding():
+    rec = SeqRecord(x="d", flag="?", n="q")
+    assert rec.format == "d?q"
+    # '?' takes one byte, then 7 bytes of padding align n to 8.
+    assert rec.nbytes == struct.calcsize(rec.format) == 24
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"x": "d"},
+        {"flag": "?"},
+        {"flag": "?", "x": "d"},
+        {"x": "d", "flag": "?"},
+        {"a": "?", "b": "?", "c": "Q", "d": "?"},
+        {"v": "16d", "n": "q", "ok": "?", "w": "3Q"},
+        MIXED,
+    ],
+    ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()),
+)
+def test_nbytes_is_struct_calcsize_of_format(fields):
+    rec = SeqRecord(**fields)
+    assert rec.format == "".join(fields.values())
+    assert rec.nbytes == struct.calcsize(rec.format)
+
+
+def test_array_field_reads_as_a_tuple_of_its_length():
+    rec = SeqRecord(v="16d", ids="3q", one="1Q")
+    v, ids, one = rec.read()
+    assert v == (0.0,) * 16 and ids == (0, 0, 0) and one == (0,)
+
+
+@pytest.mark.parametrize(
+    "code", ["z", "0d", "00q", "4?", "dd", "", "16", "d4", " d", "-1d", "i", "f", "99999999999999999999d"]
+)
+def test_bad_format_code_is_rejected(code):
+    with pytest.raises(ValueError, match="bad format"):
+        SeqRecord(x=code)
+
+
+@pytest.mark.parametrize("code", [5, b"d", None, ("d",)])
+def test_format_code_that_is_not_a_str_is_rejected(code):
+    with pytest.raises(TypeError, match="must be a str"):
+        SeqRecord(x=code)
+
+
+def test_record_needs_at_least_one_field():
+    with pytest.raises(TypeError, match="at least one field"):
+        SeqRecord()
+
+
+def test_fields_are_keyword_only():
+    with pytest.raises(TypeError, match="keyword"):
+        SeqRecord("d")
+
+
+def test_update_cannot_be_a_field_name():
+    # w.update(...) is the writer's method, so a field may not shadow it.
+    with pytest.raises(ValueError, match="update"):
+        SeqRecord(update="d")
+
+
+def test_record_larger_than_16_mib_is_rejected():
+    with pytest.raises(ValueError, match="too large"):
+        SeqRecord(big="3000000d")
+
+
+@pytest.mark.parametrize("name", ["a:?;b", "a;b", "a:b", "a b", "1x", ""])
+def test_field_names_must_be_identifiers(name):
+    # Names are keywords and writer attributes; a name holding the layout
+    # descriptor's separators would make two layouts indistinguishable.
+    with pytest.raises(ValueError, match="identifier"):
+        SeqRecord(**{name: "d"})
+
+
+def test_attach_cannot_be_fooled_by_separators_in_field_names():
+    # The layout descriptor joins "name:code" with ';'.  These two layouts
+    # both read "a:?;b:?;c:d" and both take 16 bytes of data; the second
+    # must not open the first.
+    buf = bytearray(SeqRecord.buffer_size(a="?", b="?", c="d"))
+    with pytest.raises(ValueError):
+        SeqRecord.create(buf, **{"a:?;b": "?", "c": "d"})
+        SeqRecord.attach(buf, a="?", b="?", c="d")
+
+
+# ---- readers ----
+
+
+def test_read_returns_fields_in_order(rec):
+    rec.update(x=1.5, flag=True, n=-7, arr=[1, 2, 3, 4], u=9)
+    assert rec.read() == (1.5, True, -7, (1.0, 2.0, 3.0, 4.0), 9)
+
+
+def test_read_dict_maps_names_to_values_in_order(rec):
+    rec.update(x=2.5, n=3)
+    snap = rec.read_dict()
+    assert list(snap) == list(MIXED)
+    assert snap == {"x": 2.5, "flag": False, "n": 3, "arr": (0.0,) * 4, "u": 0}
+
+
+def test_getitem_reads_one_field(rec):
+    rec.update(n=42, arr=[4, 3, 2, 1])
+    assert rec["n"] == 42
+    assert rec["arr"] == (4.0, 3.0, 2.0, 1.0)
+
+
+@pytest.mark.parametrize("key", ["nope", "X", 0, ("x",)])
+def test_getitem_of_unknown_field_raises_key_error(rec, key):
+    with pytest.raises(KeyError):
+        rec[key]
+
+
+def test_get_reads_one_field(rec):
+    rec.update(u=2**64 - 1)
+    assert rec.get("u") == 2**64 - 1
+    assert rec.get("u", "default") == 2**64 - 1
+
+
+def test_get_returns_default_for_unknown_field(rec):
+    assert rec.get("nope", 5) == 5
+    assert rec.get(3, "d") == "d"
+
+
+def test_get_returns_none_by_default(rec):
+    assert rec.get("nope") is None
+
+
+def test_read_into_fills_a_bytearray_in_struct_layout(rec):
+    rec.update(x=1.25, flag=True, n=-3, arr=[5, 6, 7, 8], u=11)
+    buf = bytearray(rec.nbytes)
+    rec.read_into(buf)
+    assert struct.unpack(rec.format, buf) == (1.25, True, -3, 5.0, 6.0, 7.0, 8.0, 11)
+
+
+def test_read_into_fills_an_array_array():
+    rec = SeqRecord(v="8d")
+    rec.update(v=range(8))
+    out = array.array("d", [9.0] * 8)
+    rec.read_into(out)
+    assert out.tolist() == [float(i) for i in range(8)]
+
+
+def test_read_into_fills_a_memoryview_slice(rec):
+    rec.update(n=5)
+    backing = bytearray(b"\xee" * (rec.nbytes + 16))
+    rec.read_into(memoryview(backing)[8 : 8 + rec.nbytes])
+    assert backing[:8] == b"\xee" * 8 and backing[-8:] == b"\xee" * 8
+    assert struct.unpack_from(rec.format, backing, 8)[2] == 5
+
+
+def test_read_into_fills_a_numpy_array():
+    np = pytest.importorskip("numpy")
+    rec = SeqRecord(x="d", flag="?", n="q", v="3d")
+    rec.update(x=0.5, flag=True, n=-1, v=[1, 2, 3])
+    dtype = np.dtype([("x", "f8"), ("flag", "?"), ("n", "i8"), ("v", "f8", (3,))], align=True)
+    assert dtype.itemsize == rec.nbytes
+    out = np.zeros(1, dtype=dtype)
+    rec.read_into(out)
+    assert out["x"][0] == 0.5 and out["flag"][0] and out["n"][0] == -1
+    assert out["v"][0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_read_into_fills_a_flat_numpy_float_array():
+    np = pytest.importorskip("numpy")
+    rec = SeqRecord(v="16d")
+    rec.update(v=[i / 2 for i in range(16)])
+    out = np.empty(16)
+    rec.read_into(out)
+    assert out.tolist() == [i / 2 for i in range(16)]
+
+
+def test_read_into_returns_the_snapshot_sequence(rec):
+    rec.update(x=1.0)
+    rec.update(x=2.0)
+    assert rec.read_into(bytearray(rec.nbytes)) == rec.sequence == 4
+
+
+def test_read_into_accepts_a_larger_buffer_and_leaves_the_rest_alone(rec):
+    buf = bytearray(b"\xff" * (rec.nbytes + 5))
+    rec.read_into(buf)
+    assert buf[: rec.nbytes] == bytes(rec.nbytes)
+    assert buf[rec.nbytes :] == b"\xff" * 5
+
+
+def test_read_into_rejects_a_too_small_buffer(rec):
+    with pytest.raises(ValueError, match="too small"):
+        rec.read_into(bytearray(rec.nbytes - 1))
+
+
+def test_read_into_rejects_a_read_only_buffer(rec):
+    with pytest.raises(BufferError):
+        rec.read_into(bytes(rec.nbytes))
+
+
+def test_read_into_rejects_an_object_without_a_buffer(rec):
+    with pytest.raises(TypeError):
+        rec.read_into([0.0] * 8)
+
+
+# ---- update ----
+
+
+def test_update_sets_the_given_fields_only(rec):
+    rec.update(x=1.0, u=2)
+    rec.update(n=3)
+    assert rec.read() == (1.0, False, 3, (0.0,) * 4, 2)
+
+
+def test_update_is_one_write_section(rec):
+    rec.update(x=1.0, flag=True, n=1, arr=[1, 1, 1, 1], u=1)
+    assert rec.sequence == 2
+
+
+def test_update_with_no_values_is_still_a_write(rec):
+    rec.update()
+    assert rec.sequence == 2
+
+
+def test_float_field_accepts_ints_and_floats(rec):
+    rec.update(x=3)
+    assert rec["x"] == 3.0 and type(rec["x"]) is float
+    rec.update(x=float("inf"))
+    assert rec["x"] == float("inf")
+
+
+def test_integer_fields_store_their_full_range(rec):
+    rec.update(n=-(2**63), u=2**64 - 1)
+    assert (rec["n"], rec["u"]) == (-(2**63), 2**64 - 1)
+    rec.update(n=2**63 - 1, u=0)
+    assert (rec["n"], rec["u"]) == (2**63 - 1, 0)
+
+
+def test_bool_field_stores_true_and_false(rec):
+    rec.update(flag=True)
+    assert rec["flag"] is True
+    rec.update(flag=False)
+    assert rec["flag"] is False
+
+
+def test_array_field_accepts_any_sequence_of_its_length(rec):
+    rec.update(arr=(1.0, 2, 3.5, -4))
+    assert rec["arr"] == (1.0, 2.0, 3.5, -4.0)
+    rec.update(arr=range(4))
+    assert rec["arr"] == (0.0, 1.0, 2.0, 3.0)
+
+
+def test_update_rejects_an_unknown_field(rec):
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        rec.update(nope=1.0)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"x": "1.0"},
+        {"x": None},
+        {"n": 1.5},
+        {"n": "1"},
+        {"u": 2.0},
+        {"flag": 1.0},
+        {"flag": None},
+        {"arr": [1.0, 2.0, "3", 4.0]},
+        {"arr": "abcd"},
+        {"arr": 4.0},
+    ],
+    ids=repr,
+)
+def test_update_rejects_a_value_of_the_wrong_type(rec, values):
+    with pytest.raises(TypeError):
+        rec.update(**values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"n": 2**63}, {"n": -(2**63) - 1}, {"u": -1}, {"u": 2**64}],
+    ids=repr,
+)
+def test_update_rejects_an_out_of_range_integer(rec, values):
+    with pytest.raises(OverflowError):
+        rec.update(**values)
+
+
+@pytest.mark.parametrize("length", [0, 3, 5])
+def test_update_rejects_an_array_of_the_wrong_length(rec, length):
+    with pytest.raises(ValueError, match="takes 4 values"):
+        rec.update(arr=[0.0] * length)
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"nope": 1}, TypeError),
+        ({"u": "7"}, TypeError),
+        ({"u": -1}, OverflowError),
+        ({"arr": [1.0]}, ValueError),
+    ],
+    ids=["unknown", "type", "range", "length"],
+)
+def test_failed_update_leaves_sequence_unchanged(rec, bad, error):
+    rec.update(x=1.0, n=1)
+    before, seq = rec.read(), rec.sequence
+    # Good values come first in keyword order: they must not be written either.
+    with pytest.raises(error):
+        rec.update(x=99.0, n=99, flag=True, **bad)
+    assert rec.sequence == seq
+    assert rec.read() == before
+    assert not rec.locked()
+
+
+def test_update_takes_no_positional_arguments(rec):
+    with pytest.raises(TypeError, match="keywords"):
+        rec.update({"x": 1.0})
+
+
+# ---- write sections ----
+
+
+def test_write_section_sets_fields_as_attributes(rec):
+    rec.update(x=1.0)
+    with rec.write() as w:
+        w.x += 1.0
+        w.n = 5
+        w.flag = True
+    assert rec.read()[:3] == (2.0, True, 5)
+
+
+def test_write_section_sets_array_elements(rec):
+    with rec.write() as w:
+        w.arr[3] = 2.5
+        w.arr[-4] = 1.5
+        w.arr[1] += 7
+    assert rec["arr"] == (1.5, 7.0, 0.0, 2.5)
+
+
+def test_write_section_array_has_the_field_length():
+    rec = SeqRecord(v="16d", n="q")
+    with rec.write() as w:
+        assert len(w.v) == 16
+        assert list(w.v) == [0.0] * 16
+
+
+def test_write_section_can_assign_a_whole_array(rec):
+    with rec.write() as w:
+        w.arr = [4, 3, 2, 1]
+    assert rec["arr"] == (4.0, 3.0, 2.0, 1.0)
+
+
+@pytest.mark.parametrize("index", [4, -5, 100])
+def test_write_section_array_index_out_of_range_raises_index_error(rec, index):
+    with pytest.raises(IndexError):
+        with rec.write() as w:
+            w.arr[index] = 1.0
+
+
+def test_write_section_negative_index_out_of_range_touches_nothing(rec):
+    # Python already adds len() to a negative index before the item slot
+    # sees it; adding it again would turn arr[-5] into arr[3].
+    with rec.write() as w:
+        with pytest.raises(IndexError):
+            w.arr[-5] = 5.0
+        with pytest.raises(IndexError):
+            w.arr[-8] = 8.0
+        with pytest.raises(IndexError):
+            w.arr[-6]
+    assert rec["arr"] == (0.0,) * 4
+
+
+def test_write_section_update_sets_several_fields(rec):
+    with rec.write() as w:
+        w.update(x=3.0, arr=[1, 2, 3, 4])
+        w.n = 2
+    assert rec.read() == (3.0, False, 2, (1.0, 2.0, 3.0, 4.0), 0)
+
+
+def test_write_section_update_takes_no_positional_arguments(rec):
+    with pytest.raises(TypeError, match="keywords"):
+        with rec.write() as w:
+            w.update({"x": 1.0})
+
+
+def test_write_section_reads_its_own_writes(rec):
+    with rec.write() as w:
+        w.n = 41
+        w.n += 1
+        w.arr[0] = 0.5
+        assert (w.n, w.arr[0]) == (42, 0.5)
+
+
+def test_write_section_is_one_write(rec):
+    with rec.write() as w:
+        assert rec.locked()
+        assert rec.sequence % 2 == 1  # odd: a write is in progress
+        w.x = 1.0
+        w.n = 2
+        w.update(u=3)
+    assert rec.sequence == 2
+    assert not rec.locked()
+
+
+def test_write_section_that_raises_is_rolled_back(rec):
+    rec.update(x=1.0, arr=[1, 2, 3, 4])
+    before = rec.read()
+    with pytest.raises(ZeroDivisionError):
+        with rec.write() as w:
+            w.x = 50.0
+            w.arr[2] = -1.0
+            w.update(n=7, u=8)
+            1 / 0
+    assert rec.read() == before
+    assert not rec.locked()
+
+
+def test_write_section_that_raises_still_advances_the_sequence_by_two(rec):
+    with pytest.raises(KeyError):
+        with rec.write() as w:
+            w.x = 5.0
+            raise KeyError("boom")
+    assert rec.sequence == 2
+
+
+def test_bad_assignment_in_a_write_section_raises_and_rolls_back(rec):
+    with pytest.raises(TypeError):
+        with rec.write() as w:
+            w.x = 2.0
+            w.n = "not an int"
+    assert rec.read() == SeqRecord(**MIXED).read()
+
+
+def test_failed_update_inside_a_write_section_writes_nothing(rec):
+    with rec.write() as w:
+        with pytest.raises(OverflowError):
+            w.update(x=9.0, u=-1)
+        assert w.x == 0.0
+        w.n = 1
+    assert rec.read() == (0.0, False, 1, (0.0,) * 4, 0)
+
+
+def test_write_section_rejects_an_unknown_attribute(rec):
+    with rec.write() as w:
+        with pytest.raises(AttributeError):
+            w.nope = 1.0
+        with pytest.raises(AttributeError):
+            w.nope
+
+
+def test_write_section_cannot_delete_a_field(rec):
+    with rec.write() as w:
+        with pytest.raises(AttributeError):
+            del w.x
+
+
+def test_writer_used_before_its_with_block_raises_runtime_error(rec):
+    w = rec.write()
+    with pytest.raises(RuntimeError, match="not open"):
+        w.x = 1.0
+    assert rec.sequence == 0
+
+
+def test_writer_used_after_its_with_block_raises_runtime_error(rec):
+    with rec.write() as w:
+        arr = w.arr
+    with pytest.raises(RuntimeError, match="not open"):
+        w.x
+    with pytest.raises(RuntimeError, match="not open"):
+        w.x = 1.0
+    with pytest.raises(RuntimeError, match="not open"):
+        w.update(x=1.0)
+    with pytest.raises(RuntimeError, match="not open"):
+        arr[0] = 1.0
+    with pytest.raises(RuntimeError, match="not open"):
+        arr[0]
+    assert rec.read() == SeqRecord(**MIXED).read()
+
+
+def test_writer_used_from_another_thread_raises_runtime_error(rec):
+    errors = []
+
+    def meddle(w):
+        for action in (lambda: setattr(w, "x", 9.0), lambda: w.x, lambda: w.arr[0]):
+            try:
+                action()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+
+    with rec.write() as w:
+        t = threading.Thread(target=meddle, args=(w,))
+        t.start()
+        t.join()
+        w.n = 1
+    assert len(errors) == 3 and all("another thread" in e for e in errors)
+    assert rec["x"] == 0.0 and rec["n"] == 1
+
+
+def test_write_times_out_while_another_thread_holds_the_lock(rec):
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with rec.write():
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert entered.wait(10)
+        with pytest.raises(TimeoutError):
+            with rec.write(timeout=0.05):
+                pass
+        with pytest.raises(TimeoutError):
+            with rec.write(timeout=0):
+                pass
+    finally:
+        release.set()
+        t.join()
+    assert rec.sequence == 2  # the holder's section only
+
+
+def test_write_waits_for_the_lock_within_its_timeout(rec):
+    entered = threading.Event()
+
+    def hold_briefly():
+        with rec.write() as w:
+            entered.set()
+            w.n = 1
+            threading.Event().wait(0.05)
+
+    t = threading.Thread(target=hold_briefly)
+    t.start()
+    assert entered.wait(10)
+    with rec.write(timeout=30) as w:
+        w.n += 1
+    t.join()
+    assert rec["n"] == 2
+
+
+@pytest.mark.parametrize("timeout, error", [(-2.0, ValueError), ("1", TypeError)])
+def test_write_rejects_a_bad_timeout(rec, timeout, error):
+    with pytest.raises(error):
+        rec.write(timeout=timeout)
+
+
+def test_nested_write_in_the_same_thread_raises_runtime_error(rec):
+    with rec.write() as w:
+        w.x = 1.0
+        with pytest.raises(RuntimeError):
+            with rec.write():
+                pass
+        with pytest.raises(RuntimeError):
+            rec.update(n=1)
+    assert rec.read()[:3] == (1.0, False, 0)
+    assert rec.sequence == 2
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda r: r.read(),
+        lambda r: r.read_dict(),
+        lambda r: r["x"],
+        lambda r: r.get("x"),
+        lambda r: r.read_into(bytearray(r.nbytes)),
+    ],
+    ids=["read", "read_dict", "getitem", "get", "read_into"],
+)
+def test_reading_inside_the_own_write_section_raises_runtime_error(rec, read):
+    with rec.write() as w:
+        w.x = 1.0
+        with pytest.raises(RuntimeError):
+            read(rec)
+    assert rec["x"] == 1.0
+
+
+def test_reader_in_another_thread_sees_none_or_all_of_a_write_section(rec):
+    entered, go_on = threading.Event(), threading.Event()
+    seen = []
+
+    def writer():
+        with rec.write() as w:
+            w.x = 1.0
+            entered.set()
+            go_on.wait(10)
+            w.n = 2
+            w.arr[3] = 3.0
+
+    def reader():
+        assert entered.wait(10)
+        go_on.set()
+        seen.append(rec.read())  # waits for the section to end
+
+    run_threads([writer, reader])
+    assert seen == [(1.0, False, 2, (0.0, 0.0, 0.0, 3.0), 0)]
+
+
+# ---- sequence, lock state, recoveries ----
+
+
+def test_sequence_starts_at_zero_and_advances_by_two_per_write(rec):
+    assert rec.sequence == 0
+    rec.update(x=1.0)
+    with rec.write() as w:
+        w.n = 1
+    rec.update(u=1)
+    assert rec.sequence == 6
+
+
+def test_locked_is_true_only_inside_a_write_section(rec):
+    assert not rec.locked()
+    with rec.write():
+        assert rec.locked()
+    assert not rec.locked()
+
+
+def test_recoveries_start_at_zero(rec):
+    rec.update(x=1.0)
+    assert rec.recoveries == 0
+
+
+# ---- records in buffers shared between processes ----
+
+
+def test_buffer_size_covers_a_snapshot_and_its_undo_copy():
+    size = SeqRecord.buffer_size(**MIXED)
+    assert isinstance(size, int)
+    assert size >= 2 * SeqRecord(**MIXED).nbytes
+    assert SeqRecord.buffer_size(v="64d") > SeqRecord.buffer_size(v="8d")
+
+
+def test_buffer_size_takes_fields_as_keywords_only():
+    with pytest.raises(TypeError):
+        SeqRecord.buffer_size("d")
+    with pytest.raises(ValueError):
+        SeqRecord.buffer_size(x="z")
+
+
+def test_create_lays_out_a_zeroed_record_in_shared_memory(shm):
+    shm.buf[:] = b"\xab" * shm.size
+    rec = SeqRecord.create(shm.buf, **MIXED)
+    assert rec.read() == SeqRecord(**MIXED).read()
+    assert (rec.sequence, rec.recoveries, rec.locked()) == (0, 0, False)
+    del rec
+
+
+def test_create_works_in_an_mmap():
+    with mmap.mmap(-1, SeqRecord.buffer_size(**MIXED)) as m:
+        rec = SeqRecord.create(m, **MIXED)
+        rec.update(x=1.0, arr=[1, 2, 3, 4])
+        assert SeqRecord.attach(m, **MIXED).read()[::3] == (1.0, (1.0, 2.0, 3.0, 4.0))
+        del rec
+
+
+def test_attach_sees_the_writes_made_through_create(shm):
+    created = SeqRecord.create(shm.buf, **MIXED)
+    attached = SeqRecord.attach(shm.buf, **MIXED)
+    created.update(x=1.5, n=-2)
+    assert attached.read() == created.read()
+    with attached.write() as w:
+        w.u = 7
+    assert created["u"] == 7
+    assert created.sequence == attached.sequence == 4
+    del created, attached
+
+
+def test_write_sections_of_two_handles_serialise_on_the_lock_word(shm):
+    created = SeqRecord.create(shm.buf, **MIXED)
+    attached = SeqRecord.attach(shm.buf, **MIXED)
+    with created.write():
+        assert attached.locked()
+        with pytest.raises(RuntimeError):  # same thread: it would deadlock
+            attached.update(x=1.0)
+    del created, attached
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"flag": "?", "x": "d", "n": "q", "arr": "4d", "u": "Q"},  # order
+        {"x": "d", "flag": "?", "n": "Q", "arr": "4d", "u": "Q"},  # format
+        {"x": "d", "flag": "?", "n": "q", "arr": "5d", "u": "Q"},  # length
+        {"y": "d", "flag": "?", "n": "q", "arr": "4d", "u": "Q"},  # name
+        {"x": "d", "flag": "?", "n": "q", "arr": "4d"},  # fewer
+        {"x": "d", "flag": "?", "n": "q", "arr": "4d", "u": "Q", "z": "?"},  # more
+    ],
+    ids=["order", "format", "length", "name", "fewer", "more"],
+)
+def test_attach_rejects_a_different_layout(shm, fields):
+    created = SeqRecord.create(shm.buf, **MIXED)
+    with pytest.raises(ValueError, match="other fields"):
+        SeqRecord.attach(shm.buf, **fields)
+    del created
+
+
+def test_attach_rejects_a_buffer_that_holds_no_record(shm):
+    with pytest.raises(ValueError, match="no SeqRecord"):
+        SeqRecord.attach(shm.buf, **MIXED)
+
+
+def test_attach_rejects_a_too_small_buffer(shm):
+    created = SeqRecord.create(shm.buf, **MIXED)
+    need = SeqRecord.buffer_size(**MIXED)
+    with pytest.raises(ValueError, match="too small"):
+        SeqRecord.attach(shm.buf[: need - 8], **MIXED)
+    del created
+
+
+def test_attach_error_does_not_read_past_the_buffer():
+    # A record whose layout text runs past the end of the (smaller) buffer
+    # handed to attach(): the message must quote only bytes inside it.
+    big = bytearray(4096)
+    SeqRecord.create(big, **{"a" * 80 + "ZZZZ": "d"})
+    need = SeqRecord.buffer_size(x="d")
+    assert 64 + 80 <= need < 64 + 84  # "ZZZZ" lies just past the buffer
+    with pytest.raises(ValueError, match="other fields") as info:
+        SeqRecord.attach(memoryview(big)[:need], x="d")
+    assert "ZZZZ" not in str(info.value)
+
+
+def test_create_rejects_a_too_small_buffer():
+    need = SeqRecord.buffer_size(**MIXED)
+    with pytest.raises(ValueError, match="too small"):
+        SeqRecord.create(bytearray(need - 1), **MIXED)
+
+
+def test_create_rejects_a_read_only_buffer():
+    with pytest.raises(BufferError):
+        SeqRecord.create(bytes(4096), **MIXED)
+
+
+def test_create_rejects_a_misaligned_buffer():
+    with pytest.raises(ValueError, match="aligned"):
+        SeqRecord.create(memoryview(bytearray(4096))[1:], **MIXED)
+
+
+@pytest.mark.parametrize("method", ["create", "attach"])
+def test_create_and_attach_take_exactly_one_positional_buffer(method):
+    with pytest.raises(TypeError, match="one positional argument"):
+        getattr(SeqRecord, method)(x="d")
+    with pytest.raises(TypeError, match="one positional argument"):
+        getattr(SeqRecord, method)(bytearray(4096), bytearray(4096), x="d")
+
+
+def test_record_keeps_its_buffer_exported_while_it_lives():
+    buf = bytearray(SeqRecord.buffer_size(x="d"))
+    rec = SeqRecord.create(buf, x="d")
+    with pytest.raises(BufferError):
+        buf.extend(b"\0")  # would move the memory under the record
+    del rec
+    buf.extend(b"\0")
+
+
+def test_writes_in_another_process_are_seen(shm):
+    fields = {"x": "d", "v": "3q"}
+    rec = SeqRecord.create(shm.buf, **fields)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(
+        target=record_helpers.process_update,
+        args=(shm.name, fields, {"x": 2.5, "v": [1, -2, 3]}, queue),
+    )
+    child.start()
+    status, _, result = queue.get(timeout=60)
+    child.join(60)
+    assert status == "ok", result
+    assert child.exitcode == 0
+    assert result == rec.read() == (2.5, (1, -2, 3))
+    assert rec.sequence == 2
+    del rec
+
+
+# ---- not copyable ----
+
+
+@pytest.mark.parametrize("copier", [pickle.dumps, copy.copy, copy.deepcopy], ids=lambda f: f.__name__)
+def test_record_cannot_be_pickled_or_copied(rec, copier):
+    with pytest.raises(TypeError, match="pickle"):
+        copier(rec)
