@@ -105,12 +105,13 @@ fork_guard_note(fork_guard *g)
                           memory_order_relaxed);
 }
 
-/* If sl's lock word names a thread of the process we were forked from,
- * make the lock usable here, as CPython does for its own locks: the forking
- * thread keeps a lock it held; a lock another thread held is released (a
- * half-done write section is closed as it stands).  Call on slow paths
- * only.  Returns 1 if it changed the lock. */
-int fork_guard_repair(fork_guard *g, seqlock_t *sl);
+/* If sl's lock word names a live thread of another process (for a private
+ * lock: the process we were forked from), make the lock usable here, as
+ * CPython does for its own locks: the forking thread keeps a lock it held;
+ * a lock another thread held is released, and a half-done write section is
+ * closed: undone first if undo names the record's header, else as it
+ * stands.  Call on slow paths only.  Returns 1 if it changed the lock. */
+int fork_guard_repair(fork_guard *g, seqlock_t *sl, record_header *undo);
 
 /* ---- the reader's retry budget ---- */
 

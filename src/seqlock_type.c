@@ -42,7 +42,7 @@ static int
 take_write_lock(SeqLockObject *self, int64_t timeout_ns)
 {
     if (SEQLOCK_UNLIKELY(!write_tryseqlock(&self->lock))) {
-        (void)fork_guard_repair(&self->guard, &self->lock);
+        (void)fork_guard_repair(&self->guard, &self->lock, NULL);
         int got = wait_write_lock(&self->lock, timeout_ns);
         if (got < 0 || got == WAIT_TIMED_OUT) {
             return got < 0 ? -1 : 0;
@@ -64,7 +64,7 @@ take_read_lock(SeqLockObject *self)
     if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
             &self->lock.owner, &(uint32_t){0}, seqlock_thread_id(),
             memory_order_acquire, memory_order_relaxed))) {
-        (void)fork_guard_repair(&self->guard, &self->lock);
+        (void)fork_guard_repair(&self->guard, &self->lock, NULL);
         int got = wait_lock_excl(&self->lock);
         if (got < 0) {
             return -1;
@@ -92,7 +92,7 @@ release_write_lock(SeqLockObject *self)
 {
     uint32_t owner = seqlock_owner(&self->lock);
     if (owner != 0 && owner != seqlock_thread_id()
-        && fork_guard_repair(&self->guard, &self->lock)) {
+        && fork_guard_repair(&self->guard, &self->lock, NULL)) {
         owner = seqlock_owner(&self->lock);
     }
     if (owner == 0 || !(seqlock_sequence(&self->lock) & 1u)) {
@@ -116,7 +116,7 @@ read_begin_or_raise(SeqLockObject *self, unsigned *seq)
     if (SEQLOCK_LIKELY(seqlock_read_try_begin(&self->lock, seq))) {
         return 0;
     }
-    (void)fork_guard_repair(&self->guard, &self->lock);
+    (void)fork_guard_repair(&self->guard, &self->lock, NULL);
     int begun = wait_read_begin(&self->lock, seq);
     if (SEQLOCK_UNLIKELY(begun == WAIT_OWNER_DIED)) {
         PyErr_SetString(PyExc_RuntimeError,

@@ -61,7 +61,7 @@ static void
 repair_after_fork(SeqRecordObject *self)
 {
     if (self->memory != NULL) {
-        (void)fork_guard_repair(&self->guard, &self->h->lock);
+        (void)fork_guard_repair(&self->guard, &self->h->lock, self->h);
     }
 }
 

@@ -186,12 +186,16 @@ wait_lock_excl(seqlock_t *sl)
 }
 
 int
-fork_guard_repair(fork_guard *g, seqlock_t *sl)
+fork_guard_repair(fork_guard *g, seqlock_t *sl, record_header *undo)
 {
     uint32_t word = atomic_load_explicit(&sl->owner, memory_order_relaxed);
     uint32_t owner = word & SEQLOCK_OWNER_MASK;
     uint32_t me = seqlock_thread_id();
-    if (owner == 0 || owner == me || seqlock_thread_in_this_process(owner)) {
+    /* A dead owner is not a fork's doing: the waits report it
+     * (EOWNERDEAD) and the caller recovers.  Only a live thread of
+     * another process, which cannot hold a private lock, is. */
+    if (owner == 0 || owner == me || seqlock_thread_in_this_process(owner)
+        || !seqlock_thread_alive(owner)) {
         return 0;
     }
     int forking_thread_held_it =
@@ -206,6 +210,9 @@ fork_guard_repair(fork_guard *g, seqlock_t *sl)
         return 1; /* ours now under our new thread id; sequence untouched */
     }
     if (seqlock_sequence(sl) & 1u) {
+        if (undo != NULL) {
+            record_recover(undo); /* put the data back as they were */
+        }
         write_sequnlock(sl); /* close the orphaned section, wake readers */
     }
     else {
