@@ -136,3 +136,38 @@ def report(record_property, **counts):
     for key, value in counts.items():
         record_property(key, value)
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
+
+
+def run_in_fresh_interpreter(module, function, *, timeout=30, tmp_path):
+    """Call ``module.function()`` (a module in tests/) in a new interpreter.
+
+    For scenarios whose failure mode is a hang that no in-process timeout
+    can break: a stop-the-world pause that never completes also stops the
+    pytest-timeout signal handler.  Fails the calling test on a non-zero
+    exit or if the child is still running after ``timeout`` seconds.
+    """
+    import subprocess
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    code = f"import {module}; {module}.{function}(); print('ok')"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-W", "error", "-c", code],
+            cwd=tmp_path,  # not the checkout: its seqlock_py/ has no extension
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(
+            f"{module}.{function}() did not finish within {timeout} s "
+            f"(deadlock?)\n{exc.stderr or ''}"
+        )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
+        f"{module}.{function}() failed (exit {proc.returncode}):\n{proc.stderr}"
+    )

@@ -18,7 +18,12 @@ import weakref
 
 import pytest
 
-from conftest import held_by_another_thread, in_thread, run_threads
+from conftest import (
+    held_by_another_thread,
+    in_thread,
+    run_in_fresh_interpreter,
+    run_threads,
+)
 from seqlock_py import SeqLock
 
 #: "Returns promptly": generous, because the machine is noisy.
@@ -590,8 +595,9 @@ def test_read_retry_accepts_every_32_bit_value(lock):
 # ---- waiting releases the GIL (detaches on 3.13t) -------------------------
 
 
-def test_waiting_readers_let_the_writer_run_python_code(lock):
+def waiting_readers_let_the_writer_run_python_code():
     """Readers wait inside the write section; the writer must still run."""
+    lock = SeqLock()
     n_readers = 3
     taken = threading.Event()
     iterations = []
@@ -611,14 +617,20 @@ def test_waiting_readers_let_the_writer_run_python_code(lock):
             return lock.read(lambda: lock.sequence)
         return lock.read_begin()
 
-    results = run_threads(1 + n_readers, role)
+    results = run_threads(1 + n_readers, role, timeout=20)
     assert iterations and iterations[0] > 0
     assert results[1:] == [2] * n_readers
 
 
-def test_gc_collect_inside_a_write_section_does_not_deadlock_against_waiting_readers(
-    lock,
-):
+def test_waiting_readers_let_the_writer_run_python_code(tmp_path):
+    run_in_fresh_interpreter(
+        "test_seqlock", "waiting_readers_let_the_writer_run_python_code",
+        tmp_path=tmp_path,
+    )
+
+
+def gc_collect_inside_a_write_section_with_waiting_readers():
+    lock = SeqLock()
     n_readers = 4
     taken = threading.Event()
     state = [0, 0]
@@ -636,7 +648,7 @@ def test_gc_collect_inside_a_write_section_does_not_deadlock_against_waiting_rea
                 for _ in range(100):
                     Cycle()
                 state[0] = state[1] = 1
-                collected.append(gc.collect())
+                collected.append(gc.collect())  # stop-the-world on 3.13t
             return None
         assert taken.wait(PROMPT)
         if i % 2:
@@ -650,6 +662,17 @@ def test_gc_collect_inside_a_write_section_does_not_deadlock_against_waiting_rea
     results = run_threads(1 + n_readers, role, timeout=20)
     assert collected, "the writer never collected"
     assert results[1:] == [(1, 1)] * n_readers
+
+
+def test_gc_collect_inside_a_write_section_does_not_deadlock_against_waiting_readers(
+    tmp_path,
+):
+    # In a fresh interpreter: if the waiting readers stayed attached, the
+    # collection's stop-the-world pause would hang this very process.
+    run_in_fresh_interpreter(
+        "test_seqlock", "gc_collect_inside_a_write_section_with_waiting_readers",
+        tmp_path=tmp_path,
+    )
 
 
 # ---- Ctrl-C ---------------------------------------------------------------
