@@ -172,21 +172,18 @@ def test_write_with_a_timeout_succeeds_when_the_lock_is_free(lock):
 
 
 def test_write_waits_until_the_other_writer_finishes(lock):
+    results = []
+
+    def write():
+        with lock.write(timeout=PROMPT * 4):
+            results.append(lock.sequence)
+
     with held_by_another_thread(lock):
-        timer = threading.Timer(0.1, lambda: None)  # the holder releases on exit
-        timer.start()
-
-        def write():
-            with lock.write(timeout=PROMPT * 4):
-                return lock.sequence
-
-        waiter = threading.Thread(target=lambda: results.append(write()))
-        results = []
+        waiter = threading.Thread(target=write)
         waiter.start()
         time.sleep(0.1)
         assert waiter.is_alive(), "the second writer did not wait"
     waiter.join(PROMPT)
-    timer.join()
     assert results == [3]
     assert lock.sequence == 4
 
@@ -526,9 +523,9 @@ def test_read_waits_for_an_active_writer_before_calling_fn(lock):
         calls.append(lock.sequence)
         return lock.sequence
 
+    results = []
     with held_by_another_thread(lock):
         reader = threading.Thread(target=lambda: results.append(lock.read(fn)))
-        results = []
         reader.start()
         time.sleep(0.1)
         assert reader.is_alive() and calls == [], "read did not wait for the writer"
