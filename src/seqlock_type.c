@@ -406,6 +406,10 @@ SeqLock_locked(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(seqlock_owner(&self->lock) != 0);
 }
 
+PyDoc_STRVAR(SeqLock_reduce_doc,
+"__reduce__($self, /)\n--\n\n"
+"Raise TypeError: a lock cannot be pickled or copied.");
+
 static PyObject *
 SeqLock_reduce(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -437,7 +441,8 @@ static PyMethodDef SeqLock_methods[] = {
     {"read_retry", (PyCFunction)SeqLock_read_retry, METH_O,
      SeqLock_read_retry_doc},
     {"locked", (PyCFunction)SeqLock_locked, METH_NOARGS, SeqLock_locked_doc},
-    {"__reduce__", (PyCFunction)SeqLock_reduce, METH_NOARGS, NULL},
+    {"__reduce__", (PyCFunction)SeqLock_reduce, METH_NOARGS,
+     SeqLock_reduce_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,173 @@
+"""Shared helpers for the seqlock_py test suite.
+
+Thread tests follow one pattern (see STYLE.md, "Tests as a specification"):
+workers start together behind a ``threading.Barrier``, a worker's exception
+is re-raised in the test on join, and a worker that does not finish in time
+fails the test instead of hanging it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+# ``python -m pytest`` run from the repository root puts the root first on
+# sys.path, where the source package ``seqlock_py/`` (without its compiled
+# extension) would shadow the installed build.  Test the installed build:
+# drop the root from sys.path unless an in-place build sits in the checkout.
+_ROOT = Path(__file__).resolve().parent.parent
+if not any((_ROOT / "seqlock_py").glob("_seqlock*.so")):
+    sys.path[:] = [
+        p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT
+    ]
+    for name in [m for m in sys.modules if m.split(".")[0] == "seqlock_py"]:
+        del sys.modules[name]
+
+import pytest  # noqa: E402
+
+import seqlock_py  # noqa: E402
+
+#: How long any helper waits for a thread before declaring a deadlock.
+JOIN_TIMEOUT = 30.0
+
+
+class WorkerError(Exception):
+    """Raised in the test when a worker thread did not finish in time."""
+
+
+def run_threads(n, target, *, timeout=JOIN_TIMEOUT):
+    """Run ``target(i)`` for i in range(n), each in its own thread.
+
+    The workers start together behind a Barrier.  Returns the targets'
+    results in order.  Re-raises the first worker exception (the others are
+    attached as notes); raises WorkerError if a worker is still running
+    after ``timeout`` seconds.
+    """
+    barrier = threading.Barrier(n)
+    results = [None] * n
+    errors = [None] * n
+
+    def worker(i):
+        try:
+            barrier.wait(timeout)
+            results[i] = target(i)
+        except BaseException as exc:  # re-raised in the test below
+            errors[i] = exc
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=worker, args=(i,), name=f"worker-{i}", daemon=True)
+        for i in range(n)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    raised = [e for e in errors if e is not None]
+    # A barrier broken by another worker's failure is a consequence, not a cause.
+    causes = [e for e in raised if not isinstance(e, threading.BrokenBarrierError)]
+    first = (causes or raised or [None])[0]
+    if first is not None:
+        for other in raised:
+            if other is not first:
+                first.add_note(f"another worker raised {other!r}")
+        if stuck:
+            first.add_note(f"still running: {stuck}")
+        raise first
+    if stuck:
+        raise WorkerError(f"workers did not finish within {timeout} s: {stuck}")
+    return results
+
+
+@contextlib.contextmanager
+def held_by_another_thread(lock, *, timeout=JOIN_TIMEOUT):
+    """Hold ``lock``'s write lock in a helper thread for the block's duration.
+
+    Yields once the helper holds it; on exit the helper releases it and is
+    joined, and any exception it raised is re-raised.
+    """
+    taken = threading.Event()
+    release = threading.Event()
+    error = []
+
+    def holder():
+        try:
+            with lock:
+                taken.set()
+                if not release.wait(timeout):
+                    raise WorkerError("holder was never told to release")
+        except BaseException as exc:
+            error.append(exc)
+            taken.set()
+
+    t = threading.Thread(target=holder, name="holder", daemon=True)
+    t.start()
+    try:
+        assert taken.wait(timeout), "holder never took the write lock"
+        if error:
+            raise error[0]
+        yield t
+    finally:
+        release.set()
+        t.join(timeout)
+    if t.is_alive():
+        raise WorkerError("holder thread did not finish")
+    if error:
+        raise error[0]
+
+
+def in_thread(fn, *args, timeout=JOIN_TIMEOUT, **kwargs):
+    """Call fn(*args, **kwargs) in a fresh thread; return its result or re-raise."""
+    return run_threads(1, lambda _: fn(*args, **kwargs), timeout=timeout)[0]
+
+
+@pytest.fixture
+def lock():
+    return seqlock_py.SeqLock()
+
+
+def report(record_property, **counts):
+    """Report counts both in the JUnit properties and on stdout (-s or -rP)."""
+    for key, value in counts.items():
+        record_property(key, value)
+    print(" ".join(f"{k}={v}" for k, v in counts.items()))
+
+
+def run_in_fresh_interpreter(module, function, *, timeout=30, tmp_path):
+    """Call ``module.function()`` (a module in tests/) in a new interpreter.
+
+    For scenarios whose failure mode is a hang that no in-process timeout
+    can break: a stop-the-world pause that never completes also stops the
+    pytest-timeout signal handler.  Fails the calling test on a non-zero
+    exit or if the child is still running after ``timeout`` seconds.
+    """
+    import subprocess
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    code = f"import {module}; {module}.{function}(); print('ok')"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-W", "error", "-c", code],
+            cwd=tmp_path,  # not the checkout: its seqlock_py/ has no extension
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(
+            f"{module}.{function}() did not finish within {timeout} s "
+            f"(deadlock?)\n{exc.stderr or ''}"
+        )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
+        f"{module}.{function}() failed (exit {proc.returncode}):\n{proc.stderr}"
+    )
