@@ -62,6 +62,12 @@ timeout_to_ns(PyObject *timeout, int64_t *ns)
 int
 acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns)
 {
+    if (timeout == Py_None) { /* as threading.Lock.acquire: -1, not None */
+        PyErr_SetString(PyExc_TypeError,
+                        "timeout must be a number (-1 waits for ever), not "
+                        "None");
+        return -1;
+    }
     if (timeout_to_ns(timeout, ns) < 0) {
         return -1;
     }

@@ -52,7 +52,7 @@ def test_a_new_lock_has_sequence_zero_and_is_unlocked():
 @pytest.mark.parametrize(
     "args, kwargs", [((1,), {}), ((None,), {}), ((), {"x": 1})]
 )
-def test_seqlock_takes_no_arguments(args, kwargs):
+def test_seqlock_takes_no_positional_or_unknown_arguments(args, kwargs):
     with pytest.raises(TypeError):
         SeqLock(*args, **kwargs)
 
@@ -404,7 +404,7 @@ def test_inspect_signature_shows_the_documented_parameters():
     assert sig("write") == "(self, /, timeout=None)"
     assert sig("read") == "(self, fn, /, *args, **kwargs)"
     assert sig("read_retry") == "(self, seq, /)"
-    assert str(inspect.signature(SeqLock)) == "()"
+    assert str(inspect.signature(SeqLock)) == "(*, max_retries=16)"
 
 
 def test_inspect_signature_works_on_the_write_context(lock):
@@ -745,3 +745,9 @@ def test_a_writer_takes_over_a_lock_whose_owner_exited_with_a_runtime_warning(lo
     assert lock.locked() and lock.sequence == 1
     lock.release_write()
     assert not lock.locked() and lock.sequence == 2
+
+
+def test_acquire_write_rejects_a_none_timeout_as_threading_does(lock):
+    with pytest.raises(TypeError):
+        lock.acquire_write(timeout=None)
+    assert not lock.locked()
