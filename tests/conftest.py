@@ -30,58 +30,7 @@ import pytest  # noqa: E402
 
 import seqlock_py  # noqa: E402
 
-#: How long any helper waits for a thread before declaring a deadlock.
-JOIN_TIMEOUT = 30.0
-
-
-class WorkerError(Exception):
-    """Raised in the test when a worker thread did not finish in time."""
-
-
-def run_threads(n, target, *, timeout=JOIN_TIMEOUT):
-    """Run ``target(i)`` for i in range(n), each in its own thread.
-
-    The workers start together behind a Barrier.  Returns the targets'
-    results in order.  Re-raises the first worker exception (the others are
-    attached as notes); raises WorkerError if a worker is still running
-    after ``timeout`` seconds.
-    """
-    barrier = threading.Barrier(n)
-    results = [None] * n
-    errors = [None] * n
-
-    def worker(i):
-        try:
-            barrier.wait(timeout)
-            results[i] = target(i)
-        except BaseException as exc:  # re-raised in the test below
-            errors[i] = exc
-            barrier.abort()
-
-    threads = [
-        threading.Thread(target=worker, args=(i,), name=f"worker-{i}", daemon=True)
-        for i in range(n)
-    ]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    stuck = [t.name for t in threads if t.is_alive()]
-    raised = [e for e in errors if e is not None]
-    # A barrier broken by another worker's failure is a consequence, not a cause.
-    causes = [e for e in raised if not isinstance(e, threading.BrokenBarrierError)]
-    first = (causes or raised or [None])[0]
-    if first is not None:
-        for other in raised:
-            if other is not first:
-                first.add_note(f"another worker raised {other!r}")
-        if stuck:
-            first.add_note(f"still running: {stuck}")
-        raise first
-    if stuck:
-        raise WorkerError(f"workers did not finish within {timeout} s: {stuck}")
-    return results
+from workers import JOIN_TIMEOUT, WorkerError, run_threads  # noqa: E402,F401
 
 
 @contextlib.contextmanager

@@ -24,37 +24,7 @@ from seqlock_py import SeqRecord
 
 # ---- threads ----
 
-
-def run_threads(targets, *, timeout=30.0):
-    """Run each callable in targets in its own thread, all released at once
-    by a Barrier; return their results in order, re-raising the first
-    exception a worker raised."""
-    barrier = threading.Barrier(len(targets))
-    results = [None] * len(targets)
-    errors = []
-
-    def run(i, fn):
-        try:
-            barrier.wait()
-            results[i] = fn()
-        except BaseException as exc:  # re-raised in the test below
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [
-        threading.Thread(target=run, args=(i, fn), name=f"worker-{i}")
-        for i, fn in enumerate(targets)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    alive = [t.name for t in threads if t.is_alive()]
-    if errors:
-        raise errors[0]
-    assert not alive, f"workers still running after {timeout} s: {alive}"
-    return results
-
+from workers import run_each as run_threads  # noqa: E402,F401
 
 # ---- the invariant record ----
 

@@ -33,10 +33,11 @@ from record_helpers import (
     write_section_step,
 )
 from seqlock_py import SeqRecord
+from workers import pin, stress_seconds
 
-pytestmark = pytest.mark.timeout(120)
+DURATION = stress_seconds(1.0)  # seconds of reading and writing per stress test
 
-DURATION = 1.0  # seconds of reading and writing per stress test
+pytestmark = pytest.mark.timeout(120 + 3 * DURATION)
 
 
 def new_invariant_record(buffer=None):
@@ -66,6 +67,7 @@ def test_threads_never_see_a_torn_snapshot():
         # the record's reference count on every read (3.13t).
         read, read_dict, read_into = rec.read, rec.read_dict, rec.read_into
         fmt = rec.format
+        pin("reader")
         raw = bytearray(rec.nbytes)
         reads = torn = 0
         first_torn = None
@@ -91,6 +93,7 @@ def test_threads_never_see_a_torn_snapshot():
         return {"kind": kind, "reads": reads, "torn": torn, "first_torn": first_torn}
 
     def writer(use_sections, start_k):
+        pin("writer")
         writes, k = 0, start_k
         deadline = time.monotonic() + DURATION
         try:

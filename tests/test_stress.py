@@ -24,13 +24,16 @@ import time
 import pytest
 
 from conftest import report, run_threads
+from workers import pin, stress_seconds
 from seqlock_py import SeqLock
 
 N_READERS = 4
 N_WRITERS = 2
 TOTAL = 1000
 K = 7
-RUN_SECONDS = 1.5
+RUN_SECONDS = stress_seconds(1.5)
+
+pytestmark = pytest.mark.timeout(120 + 3 * RUN_SECONDS)
 
 
 class TornRead(Exception):
@@ -112,6 +115,7 @@ def run_readers_and_writers(lock, state, reader, *, seconds=RUN_SECONDS):
         if not deadline_box:
             deadline_box.append(time.monotonic() + seconds)
         deadline = deadline_box[0]
+        pin("writer" if i < N_WRITERS else "reader")
         if i < N_WRITERS:
             rng = random.Random(i)
             while time.monotonic() < deadline:
@@ -195,7 +199,7 @@ def test_read_retries_exceptions_raised_by_torn_data_under_concurrent_writes(
             reads += 1
         counts.add(reads=reads, torn_exceptions_retried=raised)
 
-    writes, values = run_readers_and_writers(lock, state, reader, seconds=1.0)
+    writes, values = run_readers_and_writers(lock, state, reader, seconds=stress_seconds(1.0))
     assert_progress_and_report(lock, writes, values, record_property)
 
 
@@ -208,7 +212,7 @@ def test_writers_using_every_write_api_exclude_each_other(record_property):
     timeouts = {"write_timeout": 0, "acquire_nonblocking": 0,
                 "acquire_timeout": 0}
     mutex = threading.Lock()
-    seconds = 1.0
+    seconds = stress_seconds(1.0)
 
     def increment():
         value = counter[0]

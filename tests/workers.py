@@ -1,0 +1,95 @@
+"""Thread workers and stress settings shared by the test files.
+
+Workers start together behind a ``threading.Barrier``, a worker's exception
+is re-raised in the test on join, and a worker that does not finish in time
+fails the test instead of hanging it.
+
+Stress tests run for ``stress_seconds(default)``: the default keeps the
+suite short; ``SEQLOCK_STRESS_SCALE=120`` (tools/stress) makes every run 120
+times longer.  ``SEQLOCK_STRESS_PIN`` pins stress threads to CPUs:
+``apart`` puts readers and writers on different CPUs, ``together`` puts
+them all on one; unset leaves placement to the scheduler.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+#: How long any helper waits for a thread before declaring a deadlock.
+JOIN_TIMEOUT = 30.0
+
+
+class WorkerError(Exception):
+    """Raised in the test when a worker thread did not finish in time."""
+
+
+def run_threads(n, target, *, timeout=JOIN_TIMEOUT):
+    """Run ``target(i)`` for i in range(n), each in its own thread.
+
+    The workers start together behind a Barrier.  Returns the targets'
+    results in order.  Re-raises the first worker exception (the others are
+    attached as notes); raises WorkerError if a worker is still running
+    after ``timeout`` seconds.
+    """
+    barrier = threading.Barrier(n)
+    results = [None] * n
+    errors = [None] * n
+
+    def worker(i):
+        try:
+            barrier.wait(timeout)
+            results[i] = target(i)
+        except BaseException as exc:  # re-raised in the test below
+            errors[i] = exc
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=worker, args=(i,), name=f"worker-{i}", daemon=True)
+        for i in range(n)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    raised = [e for e in errors if e is not None]
+    # A barrier broken by another worker's failure is a consequence, not a cause.
+    causes = [e for e in raised if not isinstance(e, threading.BrokenBarrierError)]
+    first = (causes or raised or [None])[0]
+    if first is not None:
+        for other in raised:
+            if other is not first:
+                first.add_note(f"another worker raised {other!r}")
+        if stuck:
+            first.add_note(f"still running: {stuck}")
+        raise first
+    if stuck:
+        raise WorkerError(f"workers did not finish within {timeout} s: {stuck}")
+    return results
+
+
+def run_each(targets, *, timeout=JOIN_TIMEOUT):
+    """run_threads() for a list of zero-argument callables."""
+    return run_threads(len(targets), lambda i: targets[i](), timeout=timeout)
+
+
+def stress_seconds(default):
+    """How long a stress run lasts: default times SEQLOCK_STRESS_SCALE."""
+    return default * float(os.environ.get("SEQLOCK_STRESS_SCALE", "1"))
+
+
+def pin(role):
+    """Pin the calling thread for a stress run; role is "reader" or "writer"."""
+    placement = os.environ.get("SEQLOCK_STRESS_PIN", "")
+    if not placement or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == "together" or len(cpus) < 2:
+        os.sched_setaffinity(0, {cpus[0]})
+    elif placement == "apart":
+        half = len(cpus) // 2
+        os.sched_setaffinity(0, set(cpus[:half] if role == "writer" else cpus[half:]))
+    else:
+        raise ValueError(f"SEQLOCK_STRESS_PIN must be 'apart' or 'together', not {placement!r}")
