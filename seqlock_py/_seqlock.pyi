@@ -13,7 +13,15 @@ _T = TypeVar("_T")
 class SeqLock:
     """A sequence lock: writers serialise, readers take no lock."""
 
-    def __new__(cls) -> SeqLock: ...
+    def __new__(cls, *, max_retries: int = 16) -> SeqLock: ...
+    max_retries: int
+    """Overlapped runs read() retries lock-free before it locks writers out once."""
+    @property
+    def read_retries(self) -> int:
+        """Runs of read()'s fn discarded because a write overlapped them."""
+    @property
+    def read_fallbacks(self) -> int:
+        """Times read() ran out of retries and took the lock."""
     @property
     def sequence(self) -> int:
         """Even while no writer is active, odd during a write; +2 per write."""
@@ -85,6 +93,12 @@ class SeqRecord:
     @property
     def sequence(self) -> int:
         """Even while no writer is active; +2 per completed write."""
+    max_retries: int
+    """Overlapped copies a read retries lock-free before it locks writers out once."""
+    @property
+    def read_retries(self) -> int: ...
+    @property
+    def read_fallbacks(self) -> int: ...
     @property
     def recoveries(self) -> int:
         """Write sections undone because their writer died inside them."""
@@ -118,7 +132,7 @@ class RecordWriter:
     ) -> Literal[False]: ...
     def update(self, **values: _Value) -> None: ...
     def __getattr__(self, name: str) -> Any: ...
-    def __setattr__(self, name: str, value: Any) -> None: ...
+    def __setattr__(self, name: str, value: Any, /) -> None: ...
 
 @final
 class ArrayField:
