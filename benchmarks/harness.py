@@ -100,7 +100,10 @@ def run_phase(reader, writer, nthreads, seconds, pause):
     array of write latencies in seconds, total reads).
 
     reader(seconds) is a generator: set up, ``yield`` (then the barrier),
-    read until the deadline, ``yield (n, elapsed)``.
+    read until the deadline, ``yield (n, t_start, t_end)`` (perf_counter).
+    The rate is all reads over the wall time from the first reader's start
+    to the last one's end: summing per-thread rates would overstate it when
+    threads take turns (on the GIL build each one gets some time alone).
     writer(stop, latencies, pause) writes until stop is set, appending each
     write's duration to latencies, and returns how many writes it made.
     """
@@ -143,6 +146,7 @@ def run_phase(reader, writer, nthreads, seconds, pause):
         wt.join()
     if errors:
         raise errors[0]
-    rate = sum(n / elapsed for n, elapsed in results)
-    total = sum(n for n, _ in results)
+    total = sum(n for n, _, _ in results)
+    wall = max(end for _, _, end in results) - min(s for _, s, _ in results)
+    rate = total / wall
     return rate, writes[0], lat, total
