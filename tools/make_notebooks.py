@@ -289,9 +289,12 @@ for n in ran:
 
 The same run timed every write while the readers ran flat out. A
 `SeqRecord` write takes the lock word, which readers never hold: its p99
-stays at microseconds however many readers there are. A reader-preferring
-reader-writer lock lets new readers in while a writer waits, so its writer
-waits longer as readers are added; `threading.Lock` is not fair either."""),
+stays at microseconds to tens of microseconds (it rises only when threads
+outnumber cores and the writer thread itself is preempted). A
+reader-preferring reader-writer lock lets new readers in while a writer
+waits, so its writer waits milliseconds, longer with more readers;
+`threading.Lock` is not fair either. On a busy shared machine the lock
+numbers jump between runs; the order of magnitude is what holds."""),
     ("code", """\
 fig, ax = plt.subplots(figsize=(7, 4))
 for n in ran:
