@@ -28,16 +28,17 @@ import array
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import struct
 import sys
-import sysconfig
 import threading
 import time
 from multiprocessing import shared_memory
 
 from seqlock_py import SeqRecord
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import fmt_rate, interpreter_info, loadavg  # noqa: E402
 
 FIELDS = {"a": "d", "b": "d", "c": "d", "d": "d"}
 CHUNK = 256          # reads between two clock checks
@@ -52,23 +53,6 @@ TARGETS = {
     "read_into/locked() time": ("<=", 1.2),
     "read/mp.Lock (2 processes)": (">=", 10.0),
 }
-
-
-# ---- interpreter ---------------------------------------------------------
-
-def interpreter_info():
-    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
-    gil = True if is_gil_enabled is None else is_gil_enabled()
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "executable": sys.executable,
-        "free_threaded": free_threaded,
-        "gil_enabled": gil,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-    }
 
 
 # ---- threads: readers, writers, local work -------------------------------
@@ -622,17 +606,6 @@ def verdict(name, value):
     op, bound = TARGETS[name]
     ok = {">=": value >= bound, ">": value > bound, "<=": value <= bound}[op]
     return f"target {op} {bound:g}: " + ("PASS" if ok else "below target")
-
-
-def fmt_rate(r):
-    return f"{r / 1e6:8.2f} M/s" if r >= 1e6 else f"{r / 1e3:8.1f} k/s"
-
-
-def loadavg():
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def report(out):

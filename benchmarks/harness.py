@@ -1,0 +1,152 @@
+"""Shared benchmark harness: interpreter facts, summary statistics, and one
+"readers against a writer" phase run on threads.
+
+Used by bench_record.py and compare.py (both put this folder on sys.path
+themselves, because they run under ``python -P``).  Stdlib only.
+
+A phase: one writer thread writes (at a fixed pause, or in a tight loop) and
+times each write; ``nthreads`` reader threads are started behind a
+``threading.Barrier`` and read flat out for ``seconds``.  Readers and writers
+are generator/plain functions the caller builds so that everything their
+loop touches is a local of that thread (on 3.13t loading a shared object
+bumps its reference count).
+"""
+
+import array
+import os
+import platform
+import statistics
+import sys
+import sysconfig
+import threading
+import time
+
+
+def interpreter_info():
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    gil = True if is_gil_enabled is None else is_gil_enabled()
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "free_threaded": free_threaded,
+        "gil_enabled": gil,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "tag": sys.implementation.cache_tag + ("t" if free_threaded else ""),
+    }
+
+
+def machine_info():
+    """What the numbers were measured on (CPU model, cores, memory)."""
+    info = {"platform": platform.platform(), "cpu_count": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        info["memory_gib"] = round(pages / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return info
+
+
+def loadavg():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def fmt_rate(r):
+    return f"{r / 1e6:8.2f} M/s" if r >= 1e6 else f"{r / 1e3:8.1f} k/s"
+
+
+def percentile(sorted_values, q):
+    """The q-quantile (0..1) of an already sorted sequence (nearest rank)."""
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[i]
+
+
+def summary(samples):
+    """Median and spread ((max - min) / median) of repeated measurements."""
+    med = statistics.median(samples)
+    spread = (max(samples) - min(samples)) / med if med else float("nan")
+    return {"median": med, "min": min(samples), "max": max(samples),
+            "spread": spread, "samples": list(samples)}
+
+
+def thread_counts(cpu=None):
+    """1, 2, then powers of two up to os.cpu_count(), and the count itself."""
+    cpu = cpu or os.cpu_count() or 1
+    counts = {1, 2, cpu}
+    p = 4
+    while p < cpu:
+        counts.add(p)
+        p *= 2
+    return sorted(counts)
+
+
+def run_phase(reader, writer, nthreads, seconds, pause):
+    """Run one phase; return (reads/s summed over readers, writes/s,
+    array of write latencies in seconds, total reads).
+
+    reader(seconds) is a generator: set up, ``yield`` (then the barrier),
+    read until the deadline, ``yield (n, t_start, t_end)`` (perf_counter).
+    The rate is all reads over the wall time from the first reader's start
+    to the last one's end: summing per-thread rates would overstate it when
+    threads take turns (on the GIL build each one gets some time alone).
+    writer(stop, latencies, pause) writes until stop is set, appending each
+    write's duration to latencies, and returns how many writes it made.
+    """
+    stop = threading.Event()
+    barrier = threading.Barrier(nthreads)
+    results = [None] * nthreads
+    errors = []
+    lat = array.array("d")
+    writes = [0.0]
+
+    def write_main():
+        try:
+            t0 = time.perf_counter()
+            n = writer(stop, lat, pause)
+            writes[0] = n / (time.perf_counter() - t0)
+        except BaseException as e:  # re-raised in the calling thread
+            errors.append(e)
+
+    def read_main(i):
+        try:
+            gen = reader(seconds)
+            next(gen)
+            barrier.wait()
+            results[i] = next(gen)
+        except BaseException as e:
+            errors.append(e)
+            barrier.abort()
+
+    wt = threading.Thread(target=write_main)
+    wt.start()
+    readers = [threading.Thread(target=read_main, args=(i,))
+               for i in range(nthreads)]
+    try:
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+    finally:
+        stop.set()
+        wt.join()
+    if errors:
+        raise errors[0]
+    total = sum(n for n, _, _ in results)
+    wall = max(end for _, _, end in results) - min(s for _, s, _ in results)
+    rate = total / wall
+    return rate, writes[0], lat, total

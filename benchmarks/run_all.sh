@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# benchmarks/run_all.sh - the whole comparison, one command:
+# benchmarks/compare.py under the normal and the free-threaded CPython, each
+# in its own virtual environment (build/bench-venv/<tag>) with the package
+# and the optional extra "bench" installed, then the plots and the README
+# table from both results.
+#
+#   SEQLOCK_PYTHON     the normal interpreter (default: python3)
+#   SEQLOCK_FT_PYTHON  a free-threaded one (default: tools/ft-python)
+#   extra arguments go to compare.py (e.g. --quick, --repeats 3)
+#
+# Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png
+# and table.md.  Contenders without a binary wheel for an interpreter are
+# skipped there (never built from source) and listed in its output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+RESULTS=$ROOT/benchmarks/results
+mkdir -p "$RESULTS"
+
+NORMAL=$(command -v "${SEQLOCK_PYTHON:-python3}")
+FREE=$(tools/ft-python)
+jsons=()
+for py in "$NORMAL" "$FREE"; do
+    tag=$("$py" -c 'import sys, sysconfig
+print(sys.implementation.cache_tag + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))')
+    venv=$ROOT/build/bench-venv/$tag
+    printf '\n==> %s (%s)\n' "$tag" "$py"
+    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q .
+    while read -r req; do
+        "$venv/bin/python" -m pip install -q --only-binary=:all: "$req" \
+            >/dev/null 2>&1 || echo "(no wheel of '$req' for $tag: skipped there)"
+    done < <(tools/extra-deps bench)
+    # -P: import the installed package, not the source folder.
+    "$venv/bin/python" -P benchmarks/compare.py --json "$RESULTS/$tag.json" "$@"
+    jsons+=("$RESULTS/$tag.json")
+    if [ "$py" = "$NORMAL" ]; then normal_venv=$venv; fi
+done
+
+printf '\n==> plots and table\n'
+"$normal_venv/bin/python" -P benchmarks/compare.py --plot "${jsons[@]}" \
+    --outdir "$RESULTS" | tee "$RESULTS/table.md"

@@ -1,0 +1,32 @@
+"""The notebooks run top to bottom (quick mode), so they cannot go stale.
+
+Executed with nbclient on this interpreter's kernel; skipped where nbclient,
+ipykernel or matplotlib are not installed (tools/test installs them, extra
+"notebooks", for the normal interpreter only).  The free-threaded parts run
+benchmarks/compare.py under $SEQLOCK_NOTEBOOK_FT_PYTHON when it is set.
+"""
+
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", ["why_a_seqlock.ipynb",
+                                  "lock_free_reads_at_scale.ipynb"])
+def test_notebook_runs_top_to_bottom(name, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("SEQLOCK_NOTEBOOK_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=180, kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()  # raises CellExecutionError if any cell fails
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
