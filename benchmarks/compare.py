@@ -535,7 +535,7 @@ def plot(paths, outdir):
     p2 = os.path.join(outdir, "writer_latency.png")
     fig.savefig(p2, dpi=80)
     plt.close(fig)
-    print(f"# wrote {p1}\n# wrote {p2}\n")
+    print(f"# wrote {p1}\n# wrote {p2}\n", file=sys.stderr)
     print(markdown_table(outs))
     m = outs[0]["machine"]
     print(f"Measured on {m.get('cpu', '?')}, {m['cpu_count']} logical CPUs, "

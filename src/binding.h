@@ -113,6 +113,13 @@ fork_guard_note(fork_guard *g)
  * stands.  Call on slow paths only.  Returns 1 if it changed the lock. */
 int fork_guard_repair(fork_guard *g, seqlock_t *sl, record_header *undo);
 
+/* Take sl's lock word for a reader's locking pass (read_seqlock_excl):
+ * try; else repair a fork's leftover (if guard is given) and wait.  If the
+ * owner died mid-write, its section is closed, undone first if undo names
+ * the record's header.  Returns 0, 1 (taken over from a dead owner), or
+ * -1 with an exception. */
+int take_lock_excl(seqlock_t *sl, fork_guard *guard, record_header *undo);
+
 /* ---- the reader's retry budget ---- */
 
 #define DEFAULT_MAX_RETRIES 16

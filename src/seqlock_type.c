@@ -61,25 +61,13 @@ take_write_lock(SeqLockObject *self, int64_t timeout_ns)
 static int
 take_read_lock(SeqLockObject *self)
 {
-    if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
-            &self->lock.owner, &(uint32_t){0}, seqlock_thread_id(),
-            memory_order_acquire, memory_order_relaxed))) {
-        (void)fork_guard_repair(&self->guard, &self->lock, NULL);
-        int got = wait_lock_excl(&self->lock);
-        if (got < 0) {
-            return -1;
-        }
-        if (got == WAIT_OWNER_DIED) {
-            unsigned seq = seqlock_sequence(&self->lock);
-            if (seq & 1u) { /* close the dead owner's section */
-                atomic_store_explicit(&self->lock.sequence, seq + 1,
-                                      memory_order_release);
-            }
-            if (warn_owner_died() < 0) {
-                read_sequnlock_excl(&self->lock);
-                return -1;
-            }
-        }
+    int taken = take_lock_excl(&self->lock, &self->guard, NULL);
+    if (taken < 0) {
+        return -1;
+    }
+    if (taken == 1 && warn_owner_died() < 0) {
+        read_sequnlock_excl(&self->lock);
+        return -1;
     }
     fork_guard_note(&self->guard);
     return 0;

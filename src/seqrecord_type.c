@@ -99,22 +99,8 @@ snapshot_locked(SeqRecordObject *self, void *dst, size_t offset, size_t n,
                 unsigned *seq)
 {
     record_header *h = self->h;
-    if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
-            &h->lock.owner, &(uint32_t){0}, seqlock_thread_id(),
-            memory_order_acquire, memory_order_relaxed))) {
-        repair_after_fork(self);
-        int got = wait_lock_excl(&h->lock);
-        if (got < 0) {
-            return -1;
-        }
-        if (got == WAIT_OWNER_DIED) {
-            record_recover(h);
-            unsigned s = seqlock_sequence(&h->lock);
-            if (s & 1u) { /* close the dead writer's section */
-                atomic_store_explicit(&h->lock.sequence, s + 1,
-                                      memory_order_release);
-            }
-        }
+    if (take_lock_excl(&h->lock, self->memory ? &self->guard : NULL, h) < 0) {
+        return -1;
     }
     copy_out(self, dst, offset, n);
     *seq = seqlock_sequence(&h->lock);

@@ -228,6 +228,32 @@ fork_guard_repair(fork_guard *g, seqlock_t *sl, record_header *undo)
 }
 
 int
+take_lock_excl(seqlock_t *sl, fork_guard *guard, record_header *undo)
+{
+    uint32_t free_word = 0;
+    if (SEQLOCK_LIKELY(atomic_compare_exchange_strong_explicit(
+            &sl->owner, &free_word, seqlock_thread_id(),
+            memory_order_acquire, memory_order_relaxed))) {
+        return 0;
+    }
+    if (guard != NULL) {
+        (void)fork_guard_repair(guard, sl, undo);
+    }
+    int got = wait_lock_excl(sl);
+    if (got != WAIT_OWNER_DIED) {
+        return got < 0 ? -1 : 0;
+    }
+    if (undo != NULL) {
+        record_recover(undo);
+    }
+    unsigned seq = seqlock_sequence(sl);
+    if (seq & 1u) { /* close the dead owner's section */
+        atomic_store_explicit(&sl->sequence, seq + 1, memory_order_release);
+    }
+    return 1;
+}
+
+int
 max_retries_from_object(PyObject *value)
 {
     if (value == NULL) {
