@@ -16,6 +16,7 @@ SOURCES = [
     "src/seqrecord_type.c",
     "src/record_layout.c",
     "src/wait.c",
+    "src/read_budget.c",
     "src/seqlock.c",
 ]
 DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h"]

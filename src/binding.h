@@ -120,12 +120,57 @@ int fork_guard_repair(fork_guard *g, seqlock_t *sl, record_header *undo);
  * -1 with an exception. */
 int take_lock_excl(seqlock_t *sl, fork_guard *guard, record_header *undo);
 
-/* ---- the reader's retry budget ---- */
+/* ---- the reader's retry budget (read_budget.c) ---- */
 
 #define DEFAULT_MAX_RETRIES 16
 
+/* How many overlapped copies a reader retries lock-free before its locking
+ * pass, and how often either happened.  The counters are written only on
+ * those slow paths, never by a read that succeeds first time. */
+typedef struct {
+    _Atomic int max_retries;
+    _Atomic uint64_t retries;
+    _Atomic uint64_t fallbacks;
+} read_budget;
+
+void read_budget_init(read_budget *b, int max_retries);
+
+static inline int
+read_budget_max(read_budget *b)
+{
+    return atomic_load_explicit(&b->max_retries, memory_order_relaxed);
+}
+
+static inline void
+read_budget_count(_Atomic uint64_t *counter)
+{
+    atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
 /* A max_retries value: an int from 0 to INT_MAX; -1 with an exception. */
 int max_retries_from_object(PyObject *value);
+
+/* The getset entries max_retries, read_retries and read_fallbacks of a
+ * type whose objects hold a read_budget at offset `offset`. */
+#define READ_BUDGET_GETSETS(offset)                                          \
+    {"max_retries", read_budget_get_max, read_budget_set_max,                \
+     PyDoc_STR("Overlapped copies a read retries lock-free before it copies " \
+               "once with writers locked out (default 16)."),                \
+     (void *)(offset)},                                                      \
+    {"read_retries", read_budget_get_retries, NULL,                          \
+     PyDoc_STR("Copies discarded because a write overlapped them."),         \
+     (void *)(offset)},                                                      \
+    {"read_fallbacks", read_budget_get_fallbacks, NULL,                      \
+     PyDoc_STR("Reads that ran out of retries and took the lock."),          \
+     (void *)(offset)}
+
+PyObject *read_budget_get_max(PyObject *self, void *offset);
+int read_budget_set_max(PyObject *self, PyObject *value, void *offset);
+PyObject *read_budget_get_retries(PyObject *self, void *offset);
+PyObject *read_budget_get_fallbacks(PyObject *self, void *offset);
+
+/* __reduce__ of an object that cannot be pickled or copied (a lock). */
+PyObject *reduce_refused(PyObject *self, PyObject *unused);
 
 /* Start a read: the fast path inline, the wait out of line. */
 static inline int

@@ -14,9 +14,7 @@ typedef struct {
     PyObject_HEAD
     seqlock_t lock;
     fork_guard guard;
-    _Atomic int max_retries;         /* lock-free retries before locking */
-    _Atomic uint64_t read_retries;   /* written only when a read retries */
-    _Atomic uint64_t read_fallbacks; /* ... or falls back to the lock */
+    read_budget budget;
     PyObject *weakreflist;
 } SeqLockObject;
 
@@ -135,9 +133,7 @@ SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     seqlock_init(&self->lock);
     atomic_init(&self->guard.holder, 0);
-    atomic_init(&self->max_retries, max_retries);
-    atomic_init(&self->read_retries, 0);
-    atomic_init(&self->read_fallbacks, 0);
+    read_budget_init(&self->budget, max_retries);
     self->weakreflist = NULL;
     return (PyObject *)self;
 }
@@ -271,7 +267,7 @@ read_locked(SeqLockObject *self, PyObject *fn, PyObject *const *args,
     }
     PyObject *result = PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
     read_sequnlock_excl(&self->lock);
-    atomic_fetch_add_explicit(&self->read_fallbacks, 1, memory_order_relaxed);
+    read_budget_count(&self->budget.fallbacks);
     return result;
 }
 
@@ -307,8 +303,7 @@ SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
                      Py_TYPE(fn)->tp_name);
         return NULL;
     }
-    int max_retries = atomic_load_explicit(&self->max_retries,
-                                           memory_order_relaxed);
+    int max_retries = read_budget_max(&self->budget);
     for (int failed = 0;; failed++) {
         if (SEQLOCK_UNLIKELY(failed > max_retries)) {
             return read_locked(self, fn, args + 1, nargs - 1, kwnames);
@@ -322,8 +317,7 @@ SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
         if (SEQLOCK_LIKELY(!read_seqretry(&self->lock, seq))) {
             return result;
         }
-        atomic_fetch_add_explicit(&self->read_retries, 1,
-                                  memory_order_relaxed);
+        read_budget_count(&self->budget.retries);
         /* A write overlapped: whatever fn saw may be torn. */
         if (result != NULL) {
             Py_DECREF(result);
@@ -399,14 +393,6 @@ PyDoc_STRVAR(SeqLock_reduce_doc,
 "Raise TypeError: a lock cannot be pickled or copied.");
 
 static PyObject *
-SeqLock_reduce(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
-{
-    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
-                 Py_TYPE(self)->tp_name);
-    return NULL;
-}
-
-static PyObject *
 SeqLock_get_sequence(SeqLockObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromUnsignedLong(seqlock_sequence(&self->lock));
@@ -429,54 +415,12 @@ static PyMethodDef SeqLock_methods[] = {
     {"read_retry", (PyCFunction)SeqLock_read_retry, METH_O,
      SeqLock_read_retry_doc},
     {"locked", (PyCFunction)SeqLock_locked, METH_NOARGS, SeqLock_locked_doc},
-    {"__reduce__", (PyCFunction)SeqLock_reduce, METH_NOARGS,
-     SeqLock_reduce_doc},
+    {"__reduce__", reduce_refused, METH_NOARGS, SeqLock_reduce_doc},
     {NULL, NULL, 0, NULL},
 };
 
-static PyObject *
-SeqLock_get_max_retries(SeqLockObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLong(atomic_load_explicit(&self->max_retries,
-                                                memory_order_relaxed));
-}
-
-static int
-SeqLock_set_max_retries(SeqLockObject *self, PyObject *value,
-                        void *Py_UNUSED(closure))
-{
-    int n = max_retries_from_object(value);
-    if (n < 0) {
-        return -1;
-    }
-    atomic_store_explicit(&self->max_retries, n, memory_order_relaxed);
-    return 0;
-}
-
-static PyObject *
-SeqLock_get_read_retries(SeqLockObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
-        &self->read_retries, memory_order_relaxed));
-}
-
-static PyObject *
-SeqLock_get_read_fallbacks(SeqLockObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
-        &self->read_fallbacks, memory_order_relaxed));
-}
-
 static PyGetSetDef SeqLock_getset[] = {
-    {"max_retries", (getter)SeqLock_get_max_retries,
-     (setter)SeqLock_set_max_retries,
-     PyDoc_STR("How many overlapped runs read() retries lock-free before it "
-               "runs fn once with writers locked out (default 16)."), NULL},
-    {"read_retries", (getter)SeqLock_get_read_retries, NULL,
-     PyDoc_STR("Runs of read()'s fn discarded because a write overlapped "
-               "them."), NULL},
-    {"read_fallbacks", (getter)SeqLock_get_read_fallbacks, NULL,
-     PyDoc_STR("Times read() ran out of retries and took the lock."), NULL},
+    READ_BUDGET_GETSETS(offsetof(SeqLockObject, budget)),
     {"sequence", (getter)SeqLock_get_sequence, NULL,
      PyDoc_STR("The sequence count: even while no writer is active, odd "
                "during a write section; +2 per completed write."), NULL},

@@ -24,9 +24,7 @@ typedef struct {
     void *memory;    /* a private record's own memory, else NULL */
     Py_buffer view;  /* a shared record's buffer (view.obj NULL if none) */
     fork_guard guard;                /* for a private record only */
-    _Atomic int max_retries;         /* lock-free retries before locking */
-    _Atomic uint64_t read_retries;   /* written only when a read retries */
-    _Atomic uint64_t read_fallbacks; /* ... or falls back to the lock */
+    read_budget budget;              /* this object's reads */
     PyObject *weakreflist;
 } SeqRecordObject;
 
@@ -105,7 +103,7 @@ snapshot_locked(SeqRecordObject *self, void *dst, size_t offset, size_t n,
     copy_out(self, dst, offset, n);
     *seq = seqlock_sequence(&h->lock);
     read_sequnlock_excl(&h->lock);
-    atomic_fetch_add_explicit(&self->read_fallbacks, 1, memory_order_relaxed);
+    read_budget_count(&self->budget.fallbacks);
     return 0;
 }
 
@@ -115,8 +113,7 @@ static int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          unsigned *seq)
 {
-    int max_retries = atomic_load_explicit(&self->max_retries,
-                                           memory_order_relaxed);
+    int max_retries = read_budget_max(&self->budget);
     for (int failed = 0;; failed++) {
         if (SEQLOCK_UNLIKELY(failed > max_retries)) {
             return snapshot_locked(self, dst, offset, n, seq);
@@ -138,8 +135,7 @@ snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
         if (SEQLOCK_LIKELY(!read_seqretry(&self->h->lock, *seq))) {
             return 0;
         }
-        atomic_fetch_add_explicit(&self->read_retries, 1,
-                                  memory_order_relaxed);
+        read_budget_count(&self->budget.retries);
     }
 }
 
@@ -290,9 +286,7 @@ record_alloc(PyTypeObject *type, PyObject *kwargs)
     }
     self->layout = layout;
     atomic_init(&self->guard.holder, 0);
-    atomic_init(&self->max_retries, DEFAULT_MAX_RETRIES);
-    atomic_init(&self->read_retries, 0);
-    atomic_init(&self->read_fallbacks, 0);
+    read_budget_init(&self->budget, DEFAULT_MAX_RETRIES);
     return self;
 }
 
@@ -696,14 +690,6 @@ SeqRecord_locked(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-SeqRecord_reduce(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
-{
-    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
-                 Py_TYPE(self)->tp_name);
-    return NULL;
-}
-
-static PyObject *
 SeqRecord_get_sequence(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromUnsignedLong(seqlock_sequence(&self->h->lock));
@@ -734,40 +720,6 @@ SeqRecord_get_recoveries(SeqRecordObject *self, void *Py_UNUSED(closure))
         &self->h->recoveries, memory_order_relaxed));
 }
 
-static PyObject *
-SeqRecord_get_max_retries(SeqRecordObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLong(atomic_load_explicit(&self->max_retries,
-                                                memory_order_relaxed));
-}
-
-static int
-SeqRecord_set_max_retries(SeqRecordObject *self, PyObject *value,
-                          void *Py_UNUSED(closure))
-{
-    int n = max_retries_from_object(value);
-    if (n < 0) {
-        return -1;
-    }
-    atomic_store_explicit(&self->max_retries, n, memory_order_relaxed);
-    return 0;
-}
-
-static PyObject *
-SeqRecord_get_read_retries(SeqRecordObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
-        &self->read_retries, memory_order_relaxed));
-}
-
-static PyObject *
-SeqRecord_get_read_fallbacks(SeqRecordObject *self,
-                             void *Py_UNUSED(closure))
-{
-    return PyLong_FromUnsignedLongLong(atomic_load_explicit(
-        &self->read_fallbacks, memory_order_relaxed));
-}
-
 static PyMethodDef SeqRecord_methods[] = {
     {"create", (PyCFunction)(void (*)(void))SeqRecord_create,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_doc},
@@ -788,7 +740,9 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS, SeqRecord_write_doc},
     {"locked", (PyCFunction)SeqRecord_locked, METH_NOARGS,
      SeqRecord_locked_doc},
-    {"__reduce__", (PyCFunction)SeqRecord_reduce, METH_NOARGS, NULL},
+    {"__reduce__", reduce_refused, METH_NOARGS,
+     PyDoc_STR("__reduce__($self, /)\n--\n\n"
+               "Raise TypeError: a record cannot be pickled or copied.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -803,16 +757,7 @@ static PyGetSetDef SeqRecord_getset[] = {
                "layout)."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
-    {"max_retries", (getter)SeqRecord_get_max_retries,
-     (setter)SeqRecord_set_max_retries,
-     PyDoc_STR("How many overlapped copies a read retries lock-free before "
-               "it copies once with writers locked out (default 16)."), NULL},
-    {"read_retries", (getter)SeqRecord_get_read_retries, NULL,
-     PyDoc_STR("Copies discarded because a write overlapped them (this "
-               "object's reads)."), NULL},
-    {"read_fallbacks", (getter)SeqRecord_get_read_fallbacks, NULL,
-     PyDoc_STR("Reads that ran out of retries and took the lock (this "
-               "object's reads)."), NULL},
+    READ_BUDGET_GETSETS(offsetof(SeqRecordObject, budget)),
     {"recoveries", (getter)SeqRecord_get_recoveries, NULL,
      PyDoc_STR("Write sections undone because their writer died inside "
                "them."), NULL},

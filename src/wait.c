@@ -13,7 +13,6 @@
 #include "binding.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <time.h>
 
@@ -136,11 +135,11 @@ core_read_begin(seqlock_t *sl, int64_t timeout_ns, unsigned *seq)
     return seqlock_read_begin_timed(sl, timeout_ns, seq);
 }
 
-int
-wait_write_lock(seqlock_t *sl, int64_t timeout_ns)
+/* A core result as a WAIT_* outcome; EDEADLK becomes RuntimeError(why). */
+static int
+outcome(int err, const char *why)
 {
-    unsigned unused;
-    switch (wait_in_slices(core_write_lock, sl, timeout_ns, &unused)) {
+    switch (err) {
     case 0:
         return WAIT_DONE;
     case EOWNERDEAD:
@@ -148,47 +147,37 @@ wait_write_lock(seqlock_t *sl, int64_t timeout_ns)
     case ETIMEDOUT:
         return WAIT_TIMED_OUT;
     case EDEADLK:
-        PyErr_SetString(PyExc_RuntimeError,
-                        "this thread already holds the write lock");
+        PyErr_SetString(PyExc_RuntimeError, why);
         return -1;
-    default:
+    default: /* -1: a signal handler raised */
         return -1;
     }
+}
+
+#define READING_WHILE_WRITING \
+    "cannot read while this thread holds the write lock"
+
+int
+wait_write_lock(seqlock_t *sl, int64_t timeout_ns)
+{
+    unsigned unused;
+    return outcome(wait_in_slices(core_write_lock, sl, timeout_ns, &unused),
+                   "this thread already holds the write lock");
 }
 
 int
 wait_read_begin(const seqlock_t *sl, unsigned *seq)
 {
-    switch (wait_in_slices(core_read_begin, (seqlock_t *)sl, -1, seq)) {
-    case 0:
-        return WAIT_DONE;
-    case EOWNERDEAD:
-        return WAIT_OWNER_DIED;
-    case EDEADLK:
-        PyErr_SetString(PyExc_RuntimeError,
-                        "cannot read while this thread holds the write lock");
-        return -1;
-    default:
-        return -1;
-    }
+    return outcome(wait_in_slices(core_read_begin, (seqlock_t *)sl, -1, seq),
+                   READING_WHILE_WRITING);
 }
 
 int
 wait_lock_excl(seqlock_t *sl)
 {
     unsigned unused;
-    switch (wait_in_slices(core_lock_excl, sl, -1, &unused)) {
-    case 0:
-        return WAIT_DONE;
-    case EOWNERDEAD:
-        return WAIT_OWNER_DIED;
-    case EDEADLK:
-        PyErr_SetString(PyExc_RuntimeError,
-                        "cannot read while this thread holds the write lock");
-        return -1;
-    default:
-        return -1;
-    }
+    return outcome(wait_in_slices(core_lock_excl, sl, -1, &unused),
+                   READING_WHILE_WRITING);
 }
 
 int
@@ -251,32 +240,4 @@ take_lock_excl(seqlock_t *sl, fork_guard *guard, record_header *undo)
         atomic_store_explicit(&sl->sequence, seq + 1, memory_order_release);
     }
     return 1;
-}
-
-int
-max_retries_from_object(PyObject *value)
-{
-    if (value == NULL) {
-        PyErr_SetString(PyExc_TypeError, "cannot delete max_retries");
-        return -1;
-    }
-    if (!PyLong_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "max_retries must be an int, not %.200s",
-                     Py_TYPE(value)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long n = PyLong_AsLongAndOverflow(value, &overflow);
-    if (n == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow < 0 || (!overflow && n < 0)) {
-        PyErr_SetString(PyExc_ValueError, "max_retries must not be negative");
-        return -1;
-    }
-    if (overflow > 0 || n > INT_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "max_retries is too large");
-        return -1;
-    }
-    return (int)n;
 }
