@@ -38,7 +38,7 @@ from multiprocessing import shared_memory
 from seqlock_py import SeqRecord
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import fmt_rate, interpreter_info, loadavg  # noqa: E402
+from harness import fmt_rate, interpreter_info, loadavg, run_phase  # noqa: E402
 
 FIELDS = {"a": "d", "b": "d", "c": "d", "d": "d"}
 CHUNK = 256          # reads between two clock checks
@@ -222,51 +222,24 @@ THREAD_CONTENDERS = {
 
 
 def run_threads(name, nthreads, seconds):
-    """Reads/s summed over nthreads readers, and the writer's writes/s."""
+    """Reads/s over nthreads readers, and the writer's writes/s (the
+    harness's run_phase, with this file's readers and writers adapted)."""
     reader, writer = THREAD_CONTENDERS[name]
-    rec = SeqRecord(**FIELDS)
-    lock = threading.Lock()
-    box = Box()
-    stop = threading.Event()
-    barrier = threading.Barrier(nthreads)
-    results = [None] * nthreads
-    errors = []
-    writes = [0]
+    rec, lock, box = SeqRecord(**FIELDS), threading.Lock(), Box()
 
-    def write_main():
-        try:
-            t0 = time.perf_counter()
-            n = writer(rec, lock, box, stop)
-            writes[0] = n / (time.perf_counter() - t0)
-        except BaseException as e:  # re-raised in the main thread
-            errors.append(e)
+    def timed_reader(secs):
+        gen = reader(rec, lock, box, secs)
+        next(gen)
+        yield
+        start = time.perf_counter()
+        n, elapsed = next(gen)
+        yield n, start, start + elapsed
 
-    def read_main(i):
-        try:
-            gen = reader(rec, lock, box, seconds)
-            next(gen)
-            barrier.wait()
-            results[i] = next(gen)
-        except BaseException as e:
-            errors.append(e)
-            barrier.abort()
+    def paced_writer(stop, latencies, pause):
+        return writer(rec, lock, box, stop)
 
-    wt = threading.Thread(target=write_main)
-    wt.start()
-    readers = [threading.Thread(target=read_main, args=(i,))
-               for i in range(nthreads)]
-    try:
-        for t in readers:
-            t.start()
-        for t in readers:
-            t.join()
-    finally:
-        stop.set()
-        wt.join()
-    if errors:
-        raise errors[0]
-    rate = sum(n / elapsed for n, elapsed in results)
-    return rate, writes[0]
+    rate, writes_per_s, _, _ = run_phase(timed_reader, paced_writer, nthreads, seconds, None)
+    return rate, writes_per_s
 
 
 THREAD_CONFIGS = [
