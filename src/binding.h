@@ -80,6 +80,10 @@ int acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns);
  * the exception a signal handler raised). */
 int wait_write_lock(seqlock_t *sl, int64_t timeout_ns);
 
+/* For a context manager's __enter__: 0 if a wait_write_lock-style result
+ * took the lock; -1 if it failed or (TimeoutError) timed out. */
+int entered_or_timed_out(int taken);
+
 /* Wait detached until sl's sequence is even and store it in *seq.
  * Returns WAIT_DONE, WAIT_OWNER_DIED, or -1 (RuntimeError if this thread
  * holds the write lock, or a signal handler's exception). */

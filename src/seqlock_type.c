@@ -476,13 +476,7 @@ WriteSection_dealloc(WriteSectionObject *self)
 static PyObject *
 WriteSection_enter(WriteSectionObject *self, PyObject *Py_UNUSED(ignored))
 {
-    int taken = take_write_lock(self->owner, self->timeout_ns);
-    if (taken < 0) {
-        return NULL;
-    }
-    if (!taken) {
-        PyErr_SetString(PyExc_TimeoutError,
-                        "timed out waiting for the write lock");
+    if (entered_or_timed_out(take_write_lock(self->owner, self->timeout_ns)) < 0) {
         return NULL;
     }
     return Py_NewRef(self->owner);

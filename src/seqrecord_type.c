@@ -836,13 +836,7 @@ RecordWriter_dealloc(RecordWriterObject *self)
 static PyObject *
 RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
 {
-    int taken = begin_write(self->record, self->timeout_ns);
-    if (taken < 0) {
-        return NULL;
-    }
-    if (!taken) {
-        PyErr_SetString(PyExc_TimeoutError,
-                        "timed out waiting for the write lock");
+    if (entered_or_timed_out(begin_write(self->record, self->timeout_ns)) < 0) {
         return NULL;
     }
     atomic_store_explicit(&self->active, 1, memory_order_relaxed);

@@ -154,6 +154,16 @@ outcome(int err, const char *why)
     }
 }
 
+int
+entered_or_timed_out(int taken)
+{
+    if (taken == 0) {
+        PyErr_SetString(PyExc_TimeoutError,
+                        "timed out waiting for the write lock");
+    }
+    return taken > 0 ? 0 : -1;
+}
+
 #define READING_WHILE_WRITING \
     "cannot read while this thread holds the write lock"
 
