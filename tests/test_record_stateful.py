@@ -1,10 +1,12 @@
 """SeqRecord against a dict model: Hypothesis drives updates (valid and
-invalid) and write sections (completing, raising, failing an assignment)
-and checks every way of reading after each step."""
+invalid), write sections (completing, raising, failing an assignment),
+timeouts against another thread's section, misuse inside a section and
+retry-budget changes, and checks every way of reading after each step."""
 
 from __future__ import annotations
 
 import struct
+import threading
 
 import pytest
 
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from seqlock_py import SeqRecord
+from workers import run_each
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -157,6 +160,59 @@ class RecordMachine(RuleBasedStateMachine):
         self.sections += 1  # rolled back, but it was a section
 
     @precondition(lambda self: numpy is not None)
+    # ---- timeouts and misuse: each leaves the model as it was ----
+
+    @rule(timeout=st.sampled_from([0, 0.001, 0.01]))
+    def write_times_out_while_another_thread_writes(self, timeout):
+        holding, done = threading.Event(), threading.Event()
+
+        def hold():
+            with self.rec.write():
+                holding.set()
+                done.wait(30)
+
+        def try_to_write():
+            assert holding.wait(30)
+            try:
+                with pytest.raises(TimeoutError):
+                    with self.rec.write(timeout=timeout):
+                        pass
+            finally:
+                done.set()
+
+        run_each([hold, try_to_write])
+        self.sections += 1  # the holder's section, which changed nothing
+
+    @rule(misuse=st.sampled_from(["read", "read_dict", "get", "read_into", "update", "nested"]))
+    def misuse_inside_a_write_section(self, misuse):
+        calls = {
+            "read": lambda: self.rec.read(),
+            "read_dict": lambda: self.rec.read_dict(),
+            "get": lambda: self.rec.get("x"),
+            "read_into": lambda: self.rec.read_into(bytearray(self.rec.nbytes)),
+            "update": lambda: self.rec.update(x=1.0),
+            "nested": lambda: self.rec.write(timeout=1).__enter__(),
+        }
+        with self.rec.write():
+            with pytest.raises(RuntimeError):
+                calls[misuse]()
+        self.sections += 1
+
+    @rule()
+    def writer_used_after_its_section(self):
+        with self.rec.write() as w:
+            pass
+        self.sections += 1
+        with pytest.raises(RuntimeError):
+            w.x = 1.0
+        with pytest.raises(RuntimeError):
+            w.x  # noqa: B018 - reading a field outside the section
+
+    @rule(n=st.integers(0, 100))
+    def set_max_retries(self, n):
+        self.rec.max_retries = n
+        assert self.rec.max_retries == n
+
     @rule()
     def read_into_a_numpy_array(self):
         out = numpy.zeros(self.rec.nbytes, dtype=numpy.uint8)
