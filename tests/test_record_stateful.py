@@ -159,7 +159,6 @@ class RecordMachine(RuleBasedStateMachine):
                 setattr(w, name, value)
         self.sections += 1  # rolled back, but it was a section
 
-    @precondition(lambda self: numpy is not None)
     # ---- timeouts and misuse: each leaves the model as it was ----
 
     @rule(timeout=st.sampled_from([0, 0.001, 0.01]))
@@ -213,6 +212,7 @@ class RecordMachine(RuleBasedStateMachine):
         self.rec.max_retries = n
         assert self.rec.max_retries == n
 
+    @precondition(lambda self: numpy is not None)
     @rule()
     def read_into_a_numpy_array(self):
         out = numpy.zeros(self.rec.nbytes, dtype=numpy.uint8)
