@@ -229,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     retries = sum(c.calls - c.reads for c in counts)
     torn = sum(c.torn for c in counts)
     print(f"writes:                     {writes[0]:>12,} ({writes[0] / elapsed:,.0f}/s)")
+    if getattr(sys, "_is_gil_enabled", lambda: True)():
+        print("  (GIL build: the writer waits for the GIL behind busy readers after each")
+        print("   sleep; that, not the seqlock, sets its rate; readers never block it)")
     print(f"{kind + ' reads:':<28}{reads:>12,} ({reads / elapsed:,.0f}/s)")
     if not args.record:
         print(f"  retries (overlapped):     {retries:>12,}")
