@@ -385,6 +385,8 @@ def bench_single(args, out):
         med["rec.read_into(bytearray)"] / med["callable(ba)"])
     out["ratios"]["read_into seq<=256/locked() time"] = (
         med["fresh.read_into(bytearray)"] / base)
+    # How much of the read_into budget passing one argument already spends.
+    out["ratios"]["callable()/locked() time"] = med["callable(ba)"] / base
 
 
 # ---- processes: SharedMemory record against multiprocessing.Lock --------

@@ -595,8 +595,9 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 "read_into($self, buffer, /)\n--\n\n"
 "Copy one consistent snapshot into a writable buffer, in the layout of\n"
 "self.format (bytearray, array.array, memoryview, a NumPy array...), and\n"
-"return the snapshot's sequence number.  Allocates nothing.  ValueError if\n"
-"the buffer is smaller than self.nbytes.");
+"return the snapshot's sequence number.  The fields travel as raw bytes:\n"
+"the only object created is the returned int, as for self.sequence.\n"
+"ValueError if the buffer is smaller than self.nbytes.");
 
 static PyObject *
 SeqRecord_read_into(SeqRecordObject *self, PyObject *target)

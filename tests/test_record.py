@@ -12,6 +12,7 @@ import multiprocessing
 import pickle
 import struct
 import threading
+import tracemalloc
 from multiprocessing import shared_memory
 
 import pytest
@@ -230,6 +231,41 @@ def test_read_into_returns_the_snapshot_sequence(rec):
     rec.update(x=1.0)
     rec.update(x=2.0)
     assert rec.read_into(bytearray(rec.nbytes)) == rec.sequence == 4
+
+
+def peak_bytes_allocated(work):
+    tracemalloc.start()
+    try:
+        work()  # warm any lazily created state first
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        work()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_read_into_allocates_no_more_than_reading_the_sequence():
+    rec = SeqRecord(v="64d")
+    for _ in range(200):  # sequence 400: not a cached small int
+        rec.update(v=range(64))
+    buf = bytearray(rec.nbytes)
+
+    def read_into_many():
+        for _ in range(100):
+            rec.read_into(buf)
+
+    def sequence_many():
+        for _ in range(100):
+            rec.sequence
+
+    def read_many():
+        for _ in range(100):
+            rec.read()
+
+    assert peak_bytes_allocated(read_into_many) <= peak_bytes_allocated(sequence_many)
+    # the contrast, so the measurement can fail: read() builds a 64-slot tuple
+    assert peak_bytes_allocated(read_many) > peak_bytes_allocated(sequence_many) + 256
 
 
 def test_read_into_accepts_a_larger_buffer_and_leaves_the_rest_alone(rec):
