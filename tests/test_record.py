@@ -233,13 +233,15 @@ def test_read_into_returns_the_snapshot_sequence(rec):
     assert rec.read_into(bytearray(rec.nbytes)) == rec.sequence == 4
 
 
-def peak_bytes_allocated(work):
+def peak_bytes_allocated(call, times=100):
+    """Peak bytes traced while call() runs `times` times, once warmed."""
     tracemalloc.start()
     try:
-        work()  # warm any lazily created state first
+        call()  # warm any lazily created state first
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
-        work()
+        for _ in range(times):
+            call()
         return tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
@@ -250,22 +252,11 @@ def test_read_into_allocates_no_more_than_reading_the_sequence():
     for _ in range(200):  # sequence 400: not a cached small int
         rec.update(v=range(64))
     buf = bytearray(rec.nbytes)
+    sequence_peak = peak_bytes_allocated(lambda: rec.sequence)
 
-    def read_into_many():
-        for _ in range(100):
-            rec.read_into(buf)
-
-    def sequence_many():
-        for _ in range(100):
-            rec.sequence
-
-    def read_many():
-        for _ in range(100):
-            rec.read()
-
-    assert peak_bytes_allocated(read_into_many) <= peak_bytes_allocated(sequence_many)
+    assert peak_bytes_allocated(lambda: rec.read_into(buf)) <= sequence_peak
     # the contrast, so the measurement can fail: read() builds a 64-slot tuple
-    assert peak_bytes_allocated(read_many) > peak_bytes_allocated(sequence_many) + 256
+    assert peak_bytes_allocated(rec.read) > sequence_peak + 256
 
 
 def test_read_into_accepts_a_larger_buffer_and_leaves_the_rest_alone(rec):
