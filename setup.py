@@ -15,8 +15,9 @@ SOURCES = [
     "src/seqlock_type.c",
     "src/seqrecord_type.c",
     "src/record_layout.c",
-    "src/wait.c",
+    "src/lock_path.c",
     "src/read_budget.c",
+    "src/memory_kind.c",
     "src/seqlock.c",
 ]
 DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h"]

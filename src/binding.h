@@ -1,6 +1,7 @@
 /*
  * binding.h - what the files of the _seqlock extension share: the module
- * state, the type specs, and the waiting glue of wait.c.
+ * state, the type specs, the one locking path of lock_path.c, the reader's
+ * retry budget, and record_layout.c's fields.
  */
 #ifndef SEQLOCK_PY_BINDING_H
 #define SEQLOCK_PY_BINDING_H
@@ -49,80 +50,29 @@ record_layout *layout_from_kwargs(PyObject *kwargs);
 void layout_free(record_layout *layout);
 /* The field called name, or NULL (an exception only if lookup failed). */
 const field_spec *layout_find(const record_layout *layout, PyObject *name);
-/* Validate value for field f and write its bytes to out (f->count *
- * f->item_size of them); -1 with TypeError/ValueError/OverflowError. */
+/* Convert value for field f to its bytes in out (f->count * f->item_size
+ * of them); -1 with TypeError/ValueError/OverflowError, or whatever the
+ * value's own conversion methods raised.  Runs user code (__float__,
+ * __index__, __bool__, a sequence's items): callers check their state
+ * after it, not before. */
 int field_encode(const field_spec *f, PyObject *value, unsigned char *out);
 int item_encode(const field_spec *f, PyObject *value, unsigned char *out);
 /* The Python value of field f (a tuple for an array) from its bytes. */
 PyObject *field_decode(const field_spec *f, const unsigned char *in);
 PyObject *item_decode(const field_spec *f, const unsigned char *in);
 
-/* ---- wait.c: never wait attached ---- */
-
-/* Outcomes of the waits below (besides -1: an exception is set). */
-enum {
-    WAIT_TIMED_OUT = 0,
-    WAIT_DONE = 1,
-    WAIT_OWNER_DIED = 2, /* the write lock's owner thread no longer exists */
-};
+/* ---- lock_path.c: timeouts ---- */
 
 /* A timeout argument: None or -1 wait for ever (*ns = -1); else seconds,
- * not negative.  Returns 0, or -1 with ValueError/OverflowError/TypeError. */
+ * not negative, rounded up to a whole nanosecond (a tiny positive timeout
+ * still waits).  Returns 0, or -1 with ValueError/OverflowError/TypeError. */
 int timeout_to_ns(PyObject *timeout, int64_t *ns);
 
 /* threading.Lock.acquire(blocking, timeout) conventions, to *ns. */
 int acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns);
 
-/* Take sl's write lock: try first; if it is busy, wait detached from the
- * interpreter in slices, running signal handlers between them.  Returns
- * WAIT_DONE, WAIT_OWNER_DIED (taken over; data may be half-written),
- * WAIT_TIMED_OUT, or -1 (RuntimeError if this thread holds it already, or
- * the exception a signal handler raised). */
-int wait_write_lock(seqlock_t *sl, int64_t timeout_ns);
-
-/* For a context manager's __enter__: 0 if a wait_write_lock-style result
- * took the lock; -1 if it failed or (TimeoutError) timed out. */
-int entered_or_timed_out(int taken);
-
-/* Wait detached until sl's sequence is even and store it in *seq.
- * Returns WAIT_DONE, WAIT_OWNER_DIED, or -1 (RuntimeError if this thread
- * holds the write lock, or a signal handler's exception). */
-int wait_read_begin(const seqlock_t *sl, unsigned *seq);
-
-/* Take sl's lock word only (read_seqlock_excl), waiting as above with no
- * timeout.  Returns WAIT_DONE, WAIT_OWNER_DIED (taken over: the sequence
- * may be odd), or -1. */
-int wait_lock_excl(seqlock_t *sl);
-
-/* ---- fork: making a process-private lock usable in a child ---- */
-
-/* Which thread last took a process-private lock: its PyThread ident, which
- * (unlike its Linux thread id) the forking thread keeps in the child. */
-typedef struct {
-    _Atomic unsigned long holder;
-} fork_guard;
-
-static inline void
-fork_guard_note(fork_guard *g)
-{
-    atomic_store_explicit(&g->holder, PyThread_get_thread_ident(),
-                          memory_order_relaxed);
-}
-
-/* If sl's lock word names a live thread of another process (for a private
- * lock: the process we were forked from), make the lock usable here, as
- * CPython does for its own locks: the forking thread keeps a lock it held;
- * a lock another thread held is released, and a half-done write section is
- * closed: undone first if undo names the record's header, else as it
- * stands.  Call on slow paths only.  Returns 1 if it changed the lock. */
-int fork_guard_repair(fork_guard *g, seqlock_t *sl, record_header *undo);
-
-/* Take sl's lock word for a reader's locking pass (read_seqlock_excl):
- * try; else repair a fork's leftover (if guard is given) and wait.  If the
- * owner died mid-write, its section is closed, undone first if undo names
- * the record's header.  Returns 0, 1 (taken over from a dead owner), or
- * -1 with an exception. */
-int take_lock_excl(seqlock_t *sl, fork_guard *guard, record_header *undo);
+/* The `timeout=None` keyword of a write() factory, to *ns. */
+int write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns);
 
 /* ---- the reader's retry budget (read_budget.c) ---- */
 
@@ -154,8 +104,118 @@ read_budget_count(_Atomic uint64_t *counter)
 /* A max_retries value: an int from 0 to INT_MAX; -1 with an exception. */
 int max_retries_from_object(PyObject *value);
 
+/* ---- lock_path.c: the one path by which both types lock and wait ---- */
+
+/* A seqlock as a Python object holds it.  Both types embed one. */
+typedef struct {
+    seqlock_t *sl;
+    record_header *record; /* its undo copy repairs a dead holder's
+                              section; NULL for a SeqLock */
+    PyObject *object;      /* the owner (borrowed): a thread of this
+                              process holding the lock keeps it alive */
+    read_budget budget;
+    seqlock_private_t private; /* tracked if the memory is private */
+} bound_lock;
+
+/* Outcomes of taking a lock (habit: one status type for every layer). */
+typedef enum {
+    LOCK_FAILED = -1,    /* an exception is set */
+    LOCK_TIMED_OUT = 0,
+    LOCK_TAKEN = 1,
+    LOCK_TAKEN_OVER = 2, /* from a holder that died: a record's section
+                            was undone; a SeqLock's is the caller's now */
+} lock_status;
+
+/* Bind sl to its owner.  private_memory: sl lives in memory no other
+ * process shares, so it is repaired in a fork's child (seqlock.h).  The
+ * owner calls bound_lock_fini() from its dealloc. */
+void bound_lock_init(bound_lock *b, seqlock_t *sl, record_header *record,
+                     PyObject *owner, int private_memory);
+void bound_lock_fini(bound_lock *b);
+
+/* Open a write section within timeout_ns (-1: for ever): try, then wait
+ * detached from the interpreter in slices, running signal handlers between
+ * them.  A record's section saves its undo copy.  RuntimeError if this
+ * thread holds the lock already. */
+lock_status lock_write(bound_lock *b, int64_t timeout_ns);
+
+/* Close the write section the calling thread holds and release the lock
+ * (a record's changes stand).  0, or -1 with RuntimeError if it holds none
+ * (not the holder, or a locking pass rather than a write section). */
+int unlock_write(bound_lock *b);
+
+/* As unlock_write(), first putting a record back as the section found
+ * it (its body raised). */
+int abort_write(bound_lock *b);
+
+/* Take the lock word for a reader's locking pass (read_seqlock_excl): the
+ * sequence stays even, so lock-free readers carry on.  A dead holder's
+ * section is undone (a record) and closed first.  Waits for ever. */
+lock_status lock_excl(bound_lock *b);
+void unlock_excl(bound_lock *b);
+
+/* The slow half of begin_read(): wait detached until no writer is active.
+ * A record whose writer died is repaired on the way; for a SeqLock that
+ * is RuntimeError (its Python objects cannot be put back).  0 or -1. */
+int begin_read_waiting(bound_lock *b, uint64_t *seq);
+
+/* Start a lock-free read pass: *seq is the even count to check against. */
+static inline int
+begin_read(bound_lock *b, uint64_t *seq)
+{
+    if (SEQLOCK_LIKELY(seqlock_read_try_begin(b->sl, seq))) {
+        return 0;
+    }
+    return begin_read_waiting(b, seq);
+}
+
+/* For a context manager's __enter__: 0 if lock_write() took the lock; -1
+ * if it failed or (TimeoutError) timed out. */
+int entered_or_timed_out(lock_status taken);
+
+/*
+ * read_consistently - run copy(ctx) until no write overlapped it
+ *
+ * The reader of both types.  copy() returns 0, or -1 with an exception;
+ * after a pass a write overlapped, discard(ctx) drops what it produced
+ * (whatever it saw may be torn) and returns 0 to retry or -1 to give up
+ * with the exception set.  After max_retries overlapped passes in a row,
+ * one more runs holding the lock word against writers (lock_excl), so a
+ * reader always finishes.  *seq is the count of the state copied.
+ * Returns copy()'s result for the pass that counted.
+ */
+static inline int
+read_consistently(bound_lock *b, int (*copy)(void *ctx),
+                  int (*discard)(void *ctx), void *ctx, uint64_t *seq)
+{
+    int max_retries = read_budget_max(&b->budget);
+    for (int failed = 0;; failed++) {
+        if (SEQLOCK_UNLIKELY(failed > max_retries)) {
+            if (lock_excl(b) < 0) {
+                return -1;
+            }
+            int result = copy(ctx);
+            *seq = seqlock_sequence(b->sl);
+            unlock_excl(b);
+            read_budget_count(&b->budget.fallbacks);
+            return result;
+        }
+        if (begin_read(b, seq) < 0) {
+            return -1;
+        }
+        int result = copy(ctx);
+        if (SEQLOCK_LIKELY(!seqlock_read_retry(b->sl, *seq))) {
+            return result;
+        }
+        read_budget_count(&b->budget.retries);
+        if (discard(ctx) < 0) {
+            return -1;
+        }
+    }
+}
+
 /* The getset entries max_retries, read_retries and read_fallbacks of a
- * type whose objects hold a read_budget at offset `offset`. */
+ * type whose objects hold a bound_lock at offset `offset`. */
 #define READ_BUDGET_GETSETS(offset)                                          \
     {"max_retries", read_budget_get_max, read_budget_set_max,                \
      PyDoc_STR("Overlapped copies a read retries lock-free before it copies " \
@@ -176,14 +236,11 @@ PyObject *read_budget_get_fallbacks(PyObject *self, void *offset);
 /* __reduce__ of an object that cannot be pickled or copied (a lock). */
 PyObject *reduce_refused(PyObject *self, PyObject *unused);
 
-/* Start a read: the fast path inline, the wait out of line. */
-static inline int
-read_begin(const seqlock_t *sl, unsigned *seq)
-{
-    if (SEQLOCK_UNLIKELY(!seqlock_read_try_begin(sl, seq))) {
-        return wait_read_begin(sl, seq);
-    }
-    return WAIT_DONE;
-}
+/* ---- memory_kind.c ---- */
+
+/* 1 if [addr, addr+len) lies in memory mapped shared (MAP_SHARED: other
+ * processes may see it), 0 if private (the heap, MAP_PRIVATE), -1 if the
+ * kernel does not say (then treat it as shared: never repair it). */
+int memory_is_shared(const void *addr, size_t len);
 
 #endif /* SEQLOCK_PY_BINDING_H */

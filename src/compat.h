@@ -33,4 +33,36 @@
 #define Py_READONLY READONLY
 #endif
 
+/* PyErr_GetRaisedException/SetRaisedException (3.12): the one-object
+ * form of saving and restoring the current exception. */
+#if PY_VERSION_HEX < 0x030c0000
+static inline PyObject *
+PyErr_GetRaisedException(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (type == NULL) {
+        return NULL;
+    }
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+        Py_DECREF(traceback);
+    }
+    Py_DECREF(type);
+    return value;
+}
+
+static inline void
+PyErr_SetRaisedException(PyObject *exc)
+{
+    if (exc == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc,
+                  PyException_GetTraceback(exc));
+}
+#endif
+
 #endif /* SEQLOCK_PY_COMPAT_H */

@@ -234,12 +234,17 @@ item_encode(const field_spec *f, PyObject *value, unsigned char *out)
         }
         return 0;
     }
-    case '?':
+    case '?': {
         if (!PyBool_Check(value) && !PyLong_Check(value)) {
             goto wrong_type;
         }
-        *out = (unsigned char)(PyObject_IsTrue(value) ? 1 : 0);
+        int truth = PyObject_IsTrue(value); /* an int subclass's __bool__ */
+        if (truth < 0) {
+            return -1;
+        }
+        *out = (unsigned char)truth;
         return 0;
+    }
     default:
         PyErr_SetString(PyExc_SystemError, "unknown field kind");
         return -1;
@@ -274,28 +279,34 @@ field_encode(const field_spec *f, PyObject *value, unsigned char *out)
                      Py_TYPE(value)->tp_name);
         return -1;
     }
-    PyObject *seq = PySequence_Fast(value, "");
-    if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "field '%U' takes a sequence of %zd "
-                     "numbers, not %.200s", f->name, f->count,
-                     Py_TYPE(value)->tp_name);
+    /* A tuple of our own: converting an item runs user code, which may
+     * change a list under us (or another thread may, on a free-threaded
+     * build); the tuple keeps every item alive and in place. */
+    PyObject *items = PySequence_Tuple(value);
+    if (items == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "field '%U' takes a sequence of "
+                         "%zd numbers, not %.200s", f->name, f->count,
+                         Py_TYPE(value)->tp_name);
+        }
         return -1;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
     if (n != f->count) {
         PyErr_Format(PyExc_ValueError, "field '%U' takes %zd values, got %zd",
                      f->name, f->count, n);
-        Py_DECREF(seq);
+        Py_DECREF(items);
         return -1;
     }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (item_encode(f, items[i], out + (size_t)i * f->item_size) < 0) {
-            Py_DECREF(seq);
+        if (item_encode(f, PyTuple_GET_ITEM(items, i),
+                        out + (size_t)i * f->item_size) < 0) {
+            Py_DECREF(items);
             return -1;
         }
     }
-    Py_DECREF(seq);
+    Py_DECREF(items);
     return 0;
 }
 

@@ -1,15 +1,18 @@
 /*
- * seqlock.c - the slow paths of seqlock.h: waiting, waking, thread ids,
- * signal masks.  The fast paths are inline in the header.
+ * seqlock.c - the slow paths of seqlock.h: the lock word (a robust,
+ * process-shared pthread mutex), thread tokens, readers' waits and wake-
+ * ups, fork repair of process-private locks, signal masks.  The fast paths
+ * are inline in the header.
  *
  * Waiting escalates: SPIN_ROUNDS CPU pause hints (a write section is often
  * shorter than a sleep), then YIELD_ROUNDS sched_yield() calls, then sleep.
- * On Linux a sleeper waits on a futex (FUTEX_WAIT, not _PRIVATE, so that a
- * seqlock_t in memory shared between processes works); readers sleep on the
- * sequence word and writers on the lock word.  Sleeps last at most
- * LIVENESS_CHECK_NS, after which the sleeper checks that the owner's thread
- * still exists, so a writer that died holding the lock is noticed within a
- * bounded time.  Elsewhere sleeping is a bounded exponential back-off.
+ * Writers sleep in the mutex, where the kernel wakes one at once if the
+ * holder dies (robust futex list).  Readers sleep on a futex on the low
+ * half of the 64-bit count (FUTEX_WAIT, not _PRIVATE, so that a seqlock_t
+ * in memory shared between processes works), in naps of at most
+ * SEQLOCK_READER_NAP_MS, after each of which they look for the kernel's
+ * FUTEX_OWNER_DIED mark.  Elsewhere than Linux, sleeping is a bounded
+ * exponential back-off.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -21,22 +24,22 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 enum {
     SPIN_ROUNDS = 128,
     YIELD_ROUNDS = 16,
 };
-#define LIVENESS_CHECK_NS (20 * 1000 * 1000LL) /* 20 ms */
 #define NS_PER_SEC 1000000000LL
+#define READER_NAP_NS (SEQLOCK_READER_NAP_MS * 1000 * 1000LL)
+#define INITIALISING 1u
 
 static inline void
 cpu_relax(void)
@@ -49,14 +52,27 @@ cpu_relax(void)
 }
 
 static int64_t
-monotonic_ns(void)
+clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec;
 }
 
-/* Deadline bookkeeping: timeout_ns < 0 means none. */
+static int64_t
+monotonic_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+static struct timespec
+timespec_of(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)};
+    return ts;
+}
+
+/* Deadline bookkeeping: timeout_ns < 0 means none (-1). */
 static int64_t
 deadline_after(int64_t timeout_ns)
 {
@@ -67,101 +83,52 @@ deadline_after(int64_t timeout_ns)
     return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
 }
 
-/* How long the next sleep may last: the time left, capped at the liveness
- * check period; 0 when the deadline has passed. */
+/* How long the next nap may last: the time left, capped at cap; 0 once
+ * the deadline has passed. */
 static int64_t
-next_sleep_ns(int64_t deadline)
+next_nap_ns(int64_t deadline, int64_t cap)
 {
     if (deadline < 0) {
-        return LIVENESS_CHECK_NS;
+        return cap;
     }
     int64_t left = deadline - monotonic_ns();
     if (left <= 0) {
         return 0;
     }
-    return left < LIVENESS_CHECK_NS ? left : LIVENESS_CHECK_NS;
+    return left < cap ? left : cap;
 }
 
-/* ---- thread ids ---- */
+void
+seqlock_die_(const char *what)
+{
+    /* write(2) and abort(3) only: this may run in a signal handler. */
+    static const char prefix[] = "seqlock: ";
+    ssize_t ignored = write(STDERR_FILENO, prefix, sizeof prefix - 1);
+    ignored = write(STDERR_FILENO, what, strlen(what));
+    ignored = write(STDERR_FILENO, "\n", 1);
+    (void)ignored;
+    abort();
+}
 
-static _Thread_local uint32_t cached_thread_id;
+/* ---- futexes: readers sleep on the low half of the count ---- */
+
+static _Atomic uint32_t *
+low_half(const _Atomic uint64_t *word)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (_Atomic uint32_t *)((char *)word + 4);
+#else
+    return (_Atomic uint32_t *)word;
+#endif
+}
 
 #ifdef __linux__
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-/* The child's only thread has a new TID: forget the parent's. */
-static void
-forget_thread_id_in_child(void)
-{
-    cached_thread_id = 0;
-}
-
-static void
-register_atfork(void)
-{
-    (void)pthread_atfork(NULL, NULL, forget_thread_id_in_child);
-}
-
-uint32_t
-seqlock_thread_id(void)
-{
-    if (SEQLOCK_UNLIKELY(cached_thread_id == 0)) {
-        (void)pthread_once(&atfork_once, register_atfork);
-        cached_thread_id = (uint32_t)syscall(SYS_gettid) & SEQLOCK_OWNER_MASK;
-    }
-    return cached_thread_id;
-}
-
-/* A thread that has exited but whose process has not been reaped yet (a
- * zombie) still answers kill(2); /proc tells its state ('Z' or 'X'). */
-static int
-is_zombie(uint32_t tid)
-{
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/%u/stat", (unsigned)tid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return 0; /* no /proc: trust kill(2) */
-    }
-    size_t n = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[n] = '\0';
-    /* "tid (comm) S ...": comm may hold spaces and parentheses. */
-    char *end = strrchr(stat, ')');
-    return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
-}
-
-int
-seqlock_thread_alive(uint32_t tid)
-{
-    int saved = errno;
-    /* kill(2) finds any thread by its TID; signal 0 only checks. */
-    int alive = !(kill((pid_t)tid, 0) != 0 && errno == ESRCH)
-                && !is_zombie(tid);
-    errno = saved;
-    return alive;
-}
-
-int
-seqlock_thread_in_this_process(uint32_t tid)
-{
-    int saved = errno;
-    /* tgkill(2) succeeds only for a thread of the given thread group. */
-    int mine = syscall(SYS_tgkill, (pid_t)getpid(), (pid_t)tid, 0) == 0
-               || errno == EPERM;
-    errno = saved;
-    return mine;
-}
-
 /* Sleep while *word == expected, for at most timeout_ns.  Returns 0 (woken
  * or the word changed), ETIMEDOUT or EINTR. */
 static int
 sleep_on(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
-    struct timespec ts = {
-        .tv_sec = (time_t)(timeout_ns / NS_PER_SEC),
-        .tv_nsec = (long)(timeout_ns % NS_PER_SEC),
-    };
+    struct timespec ts = timespec_of(timeout_ns);
     if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts,
                 NULL, 0) == 0) {
         return 0;
@@ -170,43 +137,12 @@ sleep_on(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 }
 
 static void
-wake_on(_Atomic uint32_t *word, int count)
+wake_all_on(_Atomic uint32_t *word)
 {
-    (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, count, NULL, NULL,
-                  0);
+    (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL,
+                  NULL, 0);
 }
-
-#else /* portable fallback: no futex, no TIDs */
-
-static _Atomic uint32_t next_thread_id = 1;
-
-uint32_t
-seqlock_thread_id(void)
-{
-    if (SEQLOCK_UNLIKELY(cached_thread_id == 0)) {
-        uint32_t id;
-        do {
-            id = atomic_fetch_add(&next_thread_id, 1) & SEQLOCK_OWNER_MASK;
-        } while (id == 0);
-        cached_thread_id = id;
-    }
-    return cached_thread_id;
-}
-
-int
-seqlock_thread_alive(uint32_t tid)
-{
-    (void)tid;
-    return 1;
-}
-
-int
-seqlock_thread_in_this_process(uint32_t tid)
-{
-    (void)tid;
-    return 1;
-}
-
+#else /* portable fallback: poll with a bounded back-off */
 static _Thread_local int64_t backoff_ns;
 
 static int
@@ -221,7 +157,7 @@ sleep_on(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
         backoff_ns = 1000000;
     }
     int64_t ns = backoff_ns < timeout_ns ? backoff_ns : timeout_ns;
-    struct timespec ts = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)};
+    struct timespec ts = timespec_of(ns);
     if (nanosleep(&ts, NULL) != 0 && errno == EINTR) {
         return EINTR;
     }
@@ -229,53 +165,326 @@ sleep_on(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 }
 
 static void
-wake_on(_Atomic uint32_t *word, int count)
+wake_all_on(_Atomic uint32_t *word)
 {
     (void)word;
-    (void)count;
 }
 #endif
 
-void
-seqlock_wake_readers_(const seqlock_t *sl)
+/* ---- thread tokens ---- */
+
+/* _Atomic so that a signal handler that interrupts the first call on its
+ * thread cannot leave two different tokens behind (one CAS from 0 wins). */
+static _Thread_local _Atomic uint64_t self_token;
+
+/* 64 random bits: the kernel's if it answers at once, else a mix of what
+ * tells this thread from every other (async-signal-safe either way). */
+static uint64_t
+fresh_token(void)
 {
-    wake_on((_Atomic uint32_t *)&sl->sequence, INT_MAX);
+    uint64_t t = 0;
+#if defined(__linux__) && defined(SYS_getrandom)
+    if (syscall(SYS_getrandom, &t, sizeof t, 1 /* GRND_NONBLOCK */)
+        != (long)sizeof t) {
+        t = 0;
+    }
+#endif
+    if (t == 0) {
+        static _Atomic uint64_t counter;
+        uint64_t z = (uint64_t)clock_ns(CLOCK_MONOTONIC)
+                     ^ ((uint64_t)getpid() << 32)
+                     ^ (uint64_t)(uintptr_t)&self_token
+                     ^ (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15u);
+        /* splitmix64 finaliser */
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+        t = z ^ (z >> 31);
+    }
+    return t ? t : 1;
+}
+
+/* The calling thread's token, or 0 if it never needed one (then it holds
+ * no lock).  For paths a signal handler may take. */
+static uint64_t
+current_token(void)
+{
+    return atomic_load_explicit(&self_token, memory_order_relaxed);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void);
+
+uint64_t
+seqlock_self(void)
+{
+    uint64_t t = current_token();
+    if (SEQLOCK_LIKELY(t != 0)) {
+        return t;
+    }
+    (void)pthread_once(&atfork_once, register_atfork);
+    uint64_t expected = 0;
+    t = fresh_token();
+    if (!atomic_compare_exchange_strong(&self_token, &expected, t)) {
+        t = expected; /* a signal handler on this thread chose first */
+    }
+    return t;
+}
+
+/* ---- the mutex ---- */
+
+static int
+init_mutex(seqlock_t *sl)
+{
+    pthread_mutexattr_t attr;
+    int err = pthread_mutexattr_init(&attr);
+    if (err != 0) {
+        return err;
+    }
+    err = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+#if defined(__linux__) || defined(__FreeBSD__)
+    if (err == 0) {
+        err = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    }
+#endif
+    if (err == 0) {
+        err = pthread_mutex_init(&sl->mutex, &attr);
+    }
+    pthread_mutexattr_destroy(&attr);
+    return err;
+}
+
+int
+seqlock_init(seqlock_t *sl)
+{
+    atomic_init(&sl->sequence, 0);
+    atomic_init(&sl->wake_from, 0);
+    atomic_init(&sl->holder, 0);
+    sl->reserved = 0;
+    int err = init_mutex(sl);
+    atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
+    return err;
 }
 
 void
-seqlock_wake_writer_(seqlock_t *sl)
+seqlock_destroy(seqlock_t *sl)
 {
-    wake_on(&sl->owner, 1);
+    if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+        == SEQLOCK_READY) {
+        (void)pthread_mutex_destroy(&sl->mutex);
+        atomic_store_explicit(&sl->ready, 0, memory_order_relaxed);
+    }
 }
 
-void
-seqlock_die_(const char *what)
+/* A SEQLOCK_UNLOCKED lock gets its mutex from the first taker. */
+static int
+ensure_ready(seqlock_t *sl)
 {
-    fprintf(stderr, "seqlock: %s\n", what);
-    fflush(stderr);
-    abort();
+    for (;;) {
+        uint32_t state = atomic_load_explicit(&sl->ready,
+                                              memory_order_acquire);
+        if (SEQLOCK_LIKELY(state == SEQLOCK_READY)) {
+            return 0;
+        }
+        if (state == 0 && atomic_compare_exchange_strong(&sl->ready, &state,
+                                                         INITIALISING)) {
+            int err = init_mutex(sl);
+            atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
+                                  memory_order_release);
+            return err;
+        }
+        sched_yield();
+    }
+}
+
+int
+seqlock_owner_died(const seqlock_t *sl)
+{
+#if defined(__GLIBC__) && defined(__linux__)
+    /* glibc keeps the robust futex word, which the kernel marks at the
+     * holder's death, as the mutex's first int. */
+    int word = __atomic_load_n(&sl->mutex.__data.__lock, __ATOMIC_RELAXED);
+    return (word & FUTEX_OWNER_DIED) != 0;
+#else
+    (void)sl;
+    return 0;
+#endif
+}
+
+static int
+timed_lock(pthread_mutex_t *m, int64_t deadline)
+{
+#if defined(__GLIBC__) \
+    && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+    struct timespec abs = timespec_of(deadline);
+    return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &abs);
+#else
+    int64_t left = deadline - monotonic_ns();
+    struct timespec abs = timespec_of(clock_ns(CLOCK_REALTIME)
+                                      + (left > 0 ? left : 0));
+    return pthread_mutex_timedlock(m, &abs);
+#endif
+}
+
+/* Lock the mutex within timeout_ns: spin, yield, then sleep in it.
+ * Returns 0, EOWNERDEAD, ETIMEDOUT or another pthread error. */
+static int
+take_mutex(seqlock_t *sl, int64_t timeout_ns)
+{
+    int err = pthread_mutex_trylock(&sl->mutex);
+    if (err != EBUSY) {
+        return err;
+    }
+    if (timeout_ns == 0) {
+        return ETIMEDOUT;
+    }
+    int64_t deadline = deadline_after(timeout_ns);
+    for (unsigned round = 0; round < SPIN_ROUNDS + YIELD_ROUNDS; round++) {
+        if (round < SPIN_ROUNDS) {
+            cpu_relax();
+            /* Try only once the holder is leaving: spinning CASes would
+             * bounce the lock's cache line under its owner's feet. */
+            if (atomic_load_explicit(&sl->holder, memory_order_relaxed)) {
+                continue;
+            }
+        }
+        else {
+            sched_yield();
+        }
+        err = pthread_mutex_trylock(&sl->mutex);
+        if (err != EBUSY) {
+            return err;
+        }
+        if (deadline >= 0 && round % 16 == 15 && monotonic_ns() >= deadline) {
+            return ETIMEDOUT;
+        }
+    }
+    return deadline < 0 ? pthread_mutex_lock(&sl->mutex)
+                        : timed_lock(&sl->mutex, deadline);
+}
+
+int
+seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
+{
+    int err = ensure_ready(sl);
+    if (err != 0) {
+        return err;
+    }
+    uint64_t me = seqlock_self();
+    if (atomic_load_explicit(&sl->holder, memory_order_relaxed) == me) {
+        return EDEADLK;
+    }
+    int saved_errno = errno;
+    err = take_mutex(sl, timeout_ns);
+    errno = saved_errno;
+    if (err == EOWNERDEAD) {
+        /* The section's data are the caller's to repair now; if it dies
+         * first, the kernel marks the word again for the next taker. */
+        (void)pthread_mutex_consistent(&sl->mutex);
+    }
+    else if (err != 0) {
+        return err;
+    }
+    atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+    return err;
+}
+
+int
+seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
+{
+    int err = seqlock_lock_excl_timed(sl, timeout_ns);
+    if (err == 0 || err == EOWNERDEAD) {
+        /* Make the count odd (it already is if a dead holder left its
+         * section open) and order it before the caller's data stores. */
+        uint64_t seq = atomic_load_explicit(&sl->sequence,
+                                            memory_order_relaxed);
+        if (!(seq & 1u)) {
+            atomic_store_explicit(&sl->sequence, seq + 1,
+                                  memory_order_relaxed);
+        }
+        atomic_thread_fence(memory_order_release);
+    }
+    return err;
+}
+
+/* The section ends: even count (release), then wake the sleepers if one
+ * announced itself for this section.  The seq_cst fence pairs with the
+ * sleeper's announce-then-fence-then-check (seqlock_read_begin_timed), so
+ * either we see its announcement or it sees the new count. */
+static void
+end_section(seqlock_t *sl)
+{
+    uint64_t seq = atomic_load_explicit(&sl->sequence, memory_order_relaxed);
+    atomic_store_explicit(&sl->sequence, seq + 1, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    /* seq is odd: the section began at seq - 1. */
+    if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed) + 1
+        >= seq) {
+        wake_all_on(low_half(&sl->sequence));
+    }
+}
+
+int
+seqlock_close_section(seqlock_t *sl)
+{
+    if (!seqlock_held_by_me(sl)) {
+        return EPERM;
+    }
+    if (!(seqlock_sequence(sl) & 1u)) {
+        return EINVAL;
+    }
+    end_section(sl);
+    return 0;
+}
+
+int
+seqlock_unlock(seqlock_t *sl)
+{
+    if (!seqlock_held_by_me(sl)) {
+        return EPERM;
+    }
+    if (seqlock_sequence(sl) & 1u) {
+        end_section(sl); /* never leave readers waiting for a gone writer */
+    }
+    atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
+    return pthread_mutex_unlock(&sl->mutex);
 }
 
 /* ---- readers ---- */
 
+/* Announce a sleeper waiting for the count to leave seq: wake_from only
+ * ever grows (counts never repeat), so a stale announcement from a sleeper
+ * that died cannot make a later section's end pay for a wake-up, and a
+ * slow sleeper cannot lower a newer one's announcement. */
+static void
+announce_sleeper(seqlock_t *sl, uint64_t seq)
+{
+    uint64_t cur = atomic_load_explicit(&sl->wake_from, memory_order_relaxed);
+    while (cur < seq && !atomic_compare_exchange_weak_explicit(
+                            &sl->wake_from, &cur, seq, memory_order_seq_cst,
+                            memory_order_relaxed)) {
+    }
+}
+
 int
 seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
-                         unsigned *seq)
+                         uint64_t *seq)
 {
-    seqlock_t *lock = (seqlock_t *)sl; /* sleeping registers; data untouched */
+    seqlock_t *lock = (seqlock_t *)sl; /* sleeping announces; data untouched */
     int saved_errno = errno;
+    uint64_t me = current_token();
     int64_t deadline = -2; /* computed when first needed */
     int result;
     for (unsigned round = 0;; round++) {
-        uint32_t s = atomic_load_explicit(&lock->sequence,
+        uint64_t s = atomic_load_explicit(&lock->sequence,
                                           memory_order_acquire);
         if (!(s & 1u)) {
             *seq = s;
             result = 0;
             break;
         }
-        uint32_t owner = seqlock_owner(lock);
-        if (owner == seqlock_thread_id()) {
+        if (me != 0
+            && atomic_load_explicit(&lock->holder, memory_order_relaxed)
+                   == me) {
             result = EDEADLK;
             break;
         }
@@ -291,28 +500,25 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
             sched_yield();
             continue;
         }
+        if (seqlock_owner_died(lock)) {
+            result = EOWNERDEAD;
+            break;
+        }
         if (deadline == -2) {
             deadline = deadline_after(timeout_ns);
         }
-        int64_t nap = next_sleep_ns(deadline);
+        int64_t nap = next_nap_ns(deadline, READER_NAP_NS);
         if (nap == 0) {
             result = ETIMEDOUT;
             break;
         }
-        /* Register, then sleep only if the count is still s: paired with
-         * the writer's store-then-fence-then-check in write_sequnlock(). */
-        atomic_fetch_add_explicit(&lock->sleepers, 1, memory_order_seq_cst);
+        announce_sleeper(lock, s);
         atomic_thread_fence(memory_order_seq_cst);
-        int woke = sleep_on(&lock->sequence, s, nap);
-        atomic_fetch_sub_explicit(&lock->sleepers, 1, memory_order_relaxed);
-        if (woke == EINTR) {
-            result = EINTR;
-            break;
+        if (atomic_load_explicit(&lock->sequence, memory_order_relaxed) != s) {
+            continue;
         }
-        if (woke == ETIMEDOUT && owner != 0
-            && atomic_load_explicit(&lock->sequence, memory_order_relaxed) == s
-            && seqlock_owner(lock) == owner && !seqlock_thread_alive(owner)) {
-            result = EOWNERDEAD;
+        if (sleep_on(low_half(&lock->sequence), (uint32_t)s, nap) == EINTR) {
+            result = EINTR;
             break;
         }
     }
@@ -320,10 +526,10 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
     return result;
 }
 
-unsigned
+uint64_t
 seqlock_read_wait_(const seqlock_t *sl)
 {
-    unsigned seq = 0;
+    uint64_t seq = 0;
     for (;;) {
         switch (seqlock_read_begin_timed(sl, -1, &seq)) {
         case 0:
@@ -343,102 +549,121 @@ seqlock_read_wait_(const seqlock_t *sl)
     }
 }
 
-/* ---- writers ---- */
+/* ---- fork ---- */
 
-/* The lock word is ours: make the count odd (it already is if we took over
- * from a writer that died mid-section) and order it before data stores. */
+/* Every tracked process-private lock; the list's mutex is held across
+ * fork() (prepare/parent/child), so the child inherits a whole list. */
+static pthread_mutex_t private_locks_mutex = PTHREAD_MUTEX_INITIALIZER;
+static seqlock_private_t private_locks = {
+    .prev = &private_locks, .next = &private_locks,
+};
+
+void
+seqlock_track_private(seqlock_private_t *p, seqlock_t *sl,
+                      void (*undo)(void *arg), void *arg)
+{
+    (void)pthread_once(&atfork_once, register_atfork);
+    p->lock = sl;
+    p->undo = undo;
+    p->arg = arg;
+    pthread_mutex_lock(&private_locks_mutex);
+    p->next = &private_locks;
+    p->prev = private_locks.prev;
+    private_locks.prev->next = p;
+    private_locks.prev = p;
+    pthread_mutex_unlock(&private_locks_mutex);
+}
+
+void
+seqlock_untrack_private(seqlock_private_t *p)
+{
+    if (p->next == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&private_locks_mutex);
+    p->prev->next = p->next;
+    p->next->prev = p->prev;
+    pthread_mutex_unlock(&private_locks_mutex);
+    p->next = p->prev = NULL;
+}
+
+/* In the child: the only thread, once the forking thread, now has token
+ * me (it had forker).  Idempotent, as a lock may be tracked twice. */
 static void
-enter_write_section(seqlock_t *sl)
+repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
 {
-    uint32_t seq = atomic_load_explicit(&sl->sequence, memory_order_relaxed);
-    if (!(seq & 1u)) {
-        atomic_store_explicit(&sl->sequence, seq + 1, memory_order_relaxed);
+    seqlock_t *sl = p->lock;
+    if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+        != SEQLOCK_READY) {
+        return; /* never taken */
     }
-    atomic_thread_fence(memory_order_release);
+    uint64_t holder = atomic_load_explicit(&sl->holder, memory_order_relaxed);
+    if (holder == me) {
+        return;
+    }
+    if (holder != 0 && holder == forker) {
+        /* The forking thread keeps its lock: the mutex names its old
+         * thread id and sits on no robust list here, so make it anew. */
+        if (init_mutex(sl) == 0 && pthread_mutex_lock(&sl->mutex) == 0) {
+            atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+        }
+        return;
+    }
+    int err = pthread_mutex_trylock(&sl->mutex);
+    if (err == EBUSY) { /* held by a thread that does not exist here */
+        err = init_mutex(sl);
+        if (err == 0) {
+            err = pthread_mutex_lock(&sl->mutex);
+        }
+    }
+    else if (err == EOWNERDEAD) {
+        (void)pthread_mutex_consistent(&sl->mutex);
+        err = 0;
+    }
+    if (err != 0) {
+        return;
+    }
+    atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+    if (seqlock_sequence(sl) & 1u) {
+        if (p->undo != NULL) {
+            p->undo(p->arg);
+        }
+        end_section(sl);
+    }
+    atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
+    (void)pthread_mutex_unlock(&sl->mutex);
 }
 
-int
-seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
+static void
+before_fork(void)
 {
-    int err = seqlock_lock_excl_timed(sl, timeout_ns);
-    if (err == 0 || err == EOWNERDEAD) {
-        enter_write_section(sl);
-    }
-    return err;
+    pthread_mutex_lock(&private_locks_mutex);
 }
 
-int
-seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
+static void
+after_fork_in_parent(void)
 {
-    int saved_errno = errno;
-    uint32_t self = seqlock_thread_id();
-    int64_t deadline = -2;
-    int result;
-    for (unsigned round = 0;; round++) {
-        uint32_t cur = atomic_load_explicit(&sl->owner, memory_order_relaxed);
-        if (cur == 0) {
-            /* Once anyone has slept, keep the waiters bit: another sleeper
-             * may remain, and the unlock must wake it. */
-            uint32_t mine = round < SPIN_ROUNDS + YIELD_ROUNDS
-                                ? self : (self | SEQLOCK_WAITERS);
-            if (atomic_compare_exchange_weak_explicit(
-                    &sl->owner, &cur, mine, memory_order_acquire,
-                    memory_order_relaxed)) {
-                result = 0;
-                break;
-            }
-            continue;
-        }
-        uint32_t owner = cur & SEQLOCK_OWNER_MASK;
-        if (owner == self) {
-            result = EDEADLK;
-            break;
-        }
-        if (timeout_ns == 0) {
-            result = ETIMEDOUT;
-            break;
-        }
-        if (round < SPIN_ROUNDS) {
-            cpu_relax();
-            continue;
-        }
-        if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
-            sched_yield();
-            continue;
-        }
-        if (deadline == -2) {
-            deadline = deadline_after(timeout_ns);
-        }
-        int64_t nap = next_sleep_ns(deadline);
-        if (nap == 0) {
-            result = ETIMEDOUT;
-            break;
-        }
-        if (!(cur & SEQLOCK_WAITERS)) {
-            if (!atomic_compare_exchange_weak_explicit(
-                    &sl->owner, &cur, cur | SEQLOCK_WAITERS,
-                    memory_order_relaxed, memory_order_relaxed)) {
-                continue;
-            }
-            cur |= SEQLOCK_WAITERS;
-        }
-        int woke = sleep_on(&sl->owner, cur, nap);
-        if (woke == EINTR) {
-            result = EINTR;
-            break;
-        }
-        if (woke == ETIMEDOUT && !seqlock_thread_alive(owner)) {
-            /* Take over from the dead owner, unless someone beat us. */
-            if (atomic_compare_exchange_strong_explicit(
-                    &sl->owner, &cur, self | SEQLOCK_WAITERS,
-                    memory_order_acquire, memory_order_relaxed)) {
-                result = EOWNERDEAD;
-                break;
-            }
-        }
+    pthread_mutex_unlock(&private_locks_mutex);
+}
+
+static void
+after_fork_in_child(void)
+{
+    uint64_t forker = current_token();
+    atomic_store_explicit(&self_token, 0, memory_order_relaxed);
+    uint64_t me = seqlock_self();
+    for (seqlock_private_t *p = private_locks.next; p != &private_locks;
+         p = p->next) {
+        repair_in_child(p, forker, me);
     }
-    errno = saved_errno;
-    return result;
+    pthread_mutex_unlock(&private_locks_mutex);
+}
+
+static void
+register_atfork(void)
+{
+    (void)pthread_atfork(before_fork, after_fork_in_parent,
+                         after_fork_in_child);
 }
 
 /* ---- signal masks ---- */

@@ -38,29 +38,47 @@
  * the odd count and the read is retried.  Protected data are accessed only
  * through seqlock_word_t atomics (seqlock_read_copy / seqlock_write_copy),
  * so a racing copy is never a data race; nothing here relies on x86 order.
+ * The counter is 64 bits wide, so a reader paused across 2^32 writes still
+ * sees a different count; the kernel API's unsigned values are its low half.
+ *
+ * The lock word is a robust, process-shared pthread mutex.  Its owner is
+ * on the kernel's robust-futex list, so when the owning thread dies (killed
+ * process, exited thread) the kernel itself marks the word FUTEX_OWNER_DIED
+ * and wakes a waiting writer, whatever PID namespace either lives in and
+ * however soon its thread id is reused; the next taker hears EOWNERDEAD.
+ * "Is this lock mine?" is answered by a 64-bit random token per thread
+ * (new in a fork's child), stored beside the mutex by its holder; thread
+ * ids, which mean something only in one PID namespace, are never compared.
  *
  * Waiting never burns a core for long: a waiter spins briefly with a CPU
- * pause hint, then yields, then sleeps (a futex on Linux, so a seqlock_t in
- * memory shared between processes works too) and the writer wakes sleepers.
+ * pause hint, then yields, then sleeps: writers in the mutex, readers on a
+ * futex on the counter (not _PRIVATE, so a seqlock_t in memory shared
+ * between processes works), and the writer that ends a section wakes the
+ * sleepers only if a sleeper announced itself.
  *
  * Signals stand in for interrupts: the _irq, _irqsave and _bh variants block
  * every maskable signal for the calling thread for the section and restore
  * the previous mask afterwards.  User space has no bottom halves; its only
  * asynchronous context is a signal handler, so _bh is an alias for _irq.
- * A reader that runs in a signal handler which interrupted its own thread's
- * write section could never see an even count: read_seqbegin() detects this
- * and aborts with a message rather than spin forever (writers whose data a
- * handler reads must use the _irq variants; seqlock_read_begin_timed()
- * reports the same case as EDEADLK instead).
+ * Readers may run in a signal handler: their paths make async-signal-safe
+ * calls only (atomics, futex, sched_yield, write, abort).  Writers may not
+ * (pthread mutexes are not async-signal-safe): a handler that reads data a
+ * thread writes needs that thread's writers to use the _irq variants.  A
+ * reader in a handler that interrupted its own thread's write section could
+ * never see an even count: read_seqbegin() detects this and aborts with a
+ * message rather than spin forever (seqlock_read_begin_timed() reports the
+ * same case as EDEADLK instead).
  *
  * The kernel's names are kept so that ported code compiles unchanged.  The
- * seqlock_* extensions add timeouts, error reporting, owner checks and the
- * word-wise copy helpers.  Build: cc -Isrc prog.c src/seqlock.c -lpthread
+ * seqlock_* extensions add timeouts, error reporting, dead-owner recovery,
+ * fork repair for process-private locks, and the word-wise copy helpers.
+ * Build: cc -Isrc prog.c src/seqlock.c -lpthread
  */
 #ifndef SEQLOCK_H
 #define SEQLOCK_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,12 +87,6 @@
 #ifdef __cplusplus
 #error "seqlock.h is C11: include it from C"
 #endif
-
-/* Lock-word layout: 0 when free, else the owner's thread id (at most 30
- * bits, as Linux futex owner words) with SEQLOCK_WAITERS set while a writer
- * may be asleep waiting for it. */
-#define SEQLOCK_OWNER_MASK 0x3fffffffu
-#define SEQLOCK_WAITERS 0x80000000u
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SEQLOCK_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -85,13 +97,19 @@
 #endif
 
 typedef struct seqlock {
-    _Atomic uint32_t sequence; /* even: stable; odd: a write is in progress */
-    _Atomic uint32_t owner;    /* 0, or owner thread id | SEQLOCK_WAITERS */
-    _Atomic uint32_t sleepers; /* readers asleep until sequence changes */
-    uint32_t reserved;         /* zero; keeps the shared layout 16 bytes */
+    _Atomic uint64_t sequence;  /* even: stable; odd: a write is open */
+    _Atomic uint64_t wake_from; /* highest count a sleeper waits on */
+    _Atomic uint64_t holder;    /* the holder's token; 0 when free */
+    _Atomic uint32_t ready;     /* SEQLOCK_READY once mutex is set up */
+    uint32_t reserved;          /* zero */
+    pthread_mutex_t mutex;      /* robust, process-shared lock word */
 } seqlock_t;
 
-#define SEQLOCK_UNLOCKED {0, 0, 0, 0}
+/* A static initialiser for a process-private lock: the mutex is set up by
+ * the first writer (seqlock_init() does it at once; use that for memory
+ * shared between processes). */
+#define SEQLOCK_UNLOCKED {.sequence = 0}
+#define SEQLOCK_READY 0x59444552u /* "REDY" */
 
 /* One word of protected data.  64-bit where that is lock-free, else 32. */
 #if ATOMIC_LLONG_LOCK_FREE == 2
@@ -105,85 +123,173 @@ typedef _Atomic seqlock_word_value_t seqlock_word_t;
 #define SEQLOCK_WORDS(nbytes) \
     (((nbytes) + SEQLOCK_WORD_SIZE - 1) / SEQLOCK_WORD_SIZE)
 
-/* ---- slow paths and platform glue (seqlock.c) ---- */
+/* ---- initialisation ---- */
 
-/* Wait until the sequence is even.  timeout_ns < 0 waits for ever, 0 only
- * looks.  Returns 0 with *seq set, ETIMEDOUT, EINTR (a signal handler ran
- * while asleep), EDEADLK (the caller owns the write lock) or EOWNERDEAD
- * (the writer's thread no longer exists; the caller may take the lock with
- * seqlock_write_lock_timed() to repair the data). */
-int seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
-                             unsigned *seq);
+/**
+ * seqlock_init - make *sl an unlocked seqlock with sequence 0
+ * Sets up the robust, process-shared mutex.  Not safe against concurrent
+ * users: call before sharing the lock.  Returns 0, or the error of
+ * pthread_mutex_init() (the lock is then unusable).
+ */
+int seqlock_init(seqlock_t *sl);
 
-/* Take the write lock and make the sequence odd.  timeout_ns as above.
- * Returns 0, ETIMEDOUT, EINTR, EDEADLK (the caller already owns it), or
- * EOWNERDEAD: the lock was taken over from a thread that died holding it;
- * the caller now owns it and the data may be half-written. */
-int seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns);
+/**
+ * seqlock_destroy - release what seqlock_init() set up
+ * The lock must be free, and nobody may use it again.
+ */
+void seqlock_destroy(seqlock_t *sl);
 
-/* Take only the lock word, leaving the sequence alone (see
- * read_seqlock_excl).  Same timeouts and results as above; on EOWNERDEAD
- * the sequence may be odd (the dead owner was mid-write). */
+/* ---- identity ---- */
+
+/**
+ * seqlock_self - the calling thread's token: nonzero, 64 random bits
+ * Stable for the thread's life; a fork's child gets a new one.  Tokens
+ * are compared across processes and PID namespaces, where thread ids are
+ * not identities.  Async-signal-safe.
+ */
+uint64_t seqlock_self(void);
+
+/* ---- the lock word (seqlock.c) ---- */
+
+/**
+ * seqlock_lock_excl_timed - take the lock word, leaving the sequence alone
+ * timeout_ns < 0 waits for ever, 0 only tries.  Returns 0; ETIMEDOUT;
+ * EDEADLK if the caller already holds it; EOWNERDEAD if its holder died:
+ * the caller now holds it, and the sequence is odd if the dead holder was
+ * inside a write section (repair the data, then seqlock_close_section());
+ * ENOTRECOVERABLE or another pthread error if the mutex is broken.  The
+ * mutex's acquire orders the caller's accesses after the last holder's.
+ */
 int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
 
-/* The calling thread's id as stored in the lock word (Linux: its TID). */
-uint32_t seqlock_thread_id(void);
+/**
+ * seqlock_write_lock_timed - take the lock word and open a write section
+ * As seqlock_lock_excl_timed(); on 0 and on EOWNERDEAD the sequence is odd
+ * afterwards (a dead holder's section is adopted: its data may be half
+ * written) and the release fence orders the odd count before the caller's
+ * data stores.
+ */
+int seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns);
 
-/* Nonzero if the thread with this id may still exist (Linux: kill(tid, 0)
- * does not fail with ESRCH).  Elsewhere always nonzero. */
-int seqlock_thread_alive(uint32_t tid);
+/**
+ * seqlock_close_section - end the caller's write section, keeping the lock
+ * The release store of the even count publishes the data stores; readers
+ * asleep on the count are woken.  The caller must hold the lock word with
+ * an odd sequence (its own section, or a dead holder's it adopted).
+ * Returns 0, EPERM (not the holder) or EINVAL (no section is open).
+ */
+int seqlock_close_section(seqlock_t *sl);
 
-/* Nonzero if the thread with this id belongs to the calling process (Linux:
- * tgkill(getpid(), tid, 0)).  After fork() a lock word may name a thread of
- * the parent, which is alive but not here.  Elsewhere always nonzero. */
-int seqlock_thread_in_this_process(uint32_t tid);
+/**
+ * seqlock_unlock - release the lock word the caller holds
+ * Closes an open write section first (seqlock_close_section()).  The
+ * mutex's release orders the caller's accesses before the next holder's.
+ * Returns 0 or EPERM (the caller does not hold it).
+ */
+int seqlock_unlock(seqlock_t *sl);
 
-/* Wake every reader asleep on the sequence counter. */
-void seqlock_wake_readers_(const seqlock_t *sl);
-/* Wake one writer asleep on the lock word. */
-void seqlock_wake_writer_(seqlock_t *sl);
+/* ---- readers' slow path (seqlock.c) ---- */
+
+/**
+ * seqlock_read_begin_timed - wait until the sequence is even
+ * timeout_ns < 0 waits for ever, 0 only looks.  Returns 0 with *seq set;
+ * ETIMEDOUT; EINTR (a signal handler ran while asleep); EDEADLK (the
+ * caller holds the lock word: a handler interrupted its own section); or
+ * EOWNERDEAD: the writer died inside its section (take the lock with
+ * seqlock_write_lock_timed() or seqlock_lock_excl_timed() to repair it).
+ * Async-signal-safe.  A dead writer is seen within SEQLOCK_READER_NAP_MS
+ * of sleeping, through the kernel's FUTEX_OWNER_DIED mark on the mutex
+ * word (glibc); with another C library only a taker of the lock sees it.
+ */
+int seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
+                             uint64_t *seq);
+#define SEQLOCK_READER_NAP_MS 10
+
+/**
+ * seqlock_owner_died - nonzero if the lock word's holder died holding it
+ * (the kernel marked it FUTEX_OWNER_DIED) and nobody has taken it since.
+ * One relaxed load; async-signal-safe.  Always 0 where the C library's
+ * mutex word cannot be read (only glibc's layout is known).
+ */
+int seqlock_owner_died(const seqlock_t *sl);
+
 /* Spin, yield, then sleep while the count is odd; the bottom of
- * read_seqbegin().  Aborts on EDEADLK. */
-unsigned seqlock_read_wait_(const seqlock_t *sl);
+ * read_seqbegin().  Aborts on EDEADLK and EOWNERDEAD. */
+uint64_t seqlock_read_wait_(const seqlock_t *sl);
 /* Block all maskable signals for this thread; returns the previous nesting
  * depth, to pass back to seqlock_irq_restore_().  Only the outermost level
  * saves and restores the thread's mask (kept in thread-local storage). */
 unsigned long seqlock_irq_save_(void);
 void seqlock_irq_restore_(unsigned long depth);
-/* Fatal misuse: print and abort (no error channel in the kernel API). */
+/* Fatal misuse: write a message to stderr and abort (async-signal-safe). */
 void seqlock_die_(const char *what);
 
-/* ---- initialisation ---- */
+/* ---- fork() and process-private locks (seqlock.c) ---- */
 
 /**
- * seqlock_init - make *sl an unlocked seqlock with sequence 0
- * Not safe against concurrent users: call before sharing the lock.
+ * struct seqlock_private - a lock in process-private memory, repaired in
+ * a fork's child.  After fork() only the forking thread exists in the
+ * child: the child's copy of a lock another thread held would stay held
+ * for ever.  So, in the child and before fork() returns, every tracked
+ * lock held by the forking thread stays held by it (under its new token:
+ * its section goes on), and one held by any other thread is taken from
+ * it: undo(arg) repairs its data if a section was open, the section is
+ * closed and the lock released.  Never track a lock in memory shared with
+ * other processes: there the holder is a live thread of another process.
  */
-static inline void
-seqlock_init(seqlock_t *sl)
-{
-    atomic_init(&sl->sequence, 0);
-    atomic_init(&sl->owner, 0);
-    atomic_init(&sl->sleepers, 0);
-    sl->reserved = 0;
-}
+typedef struct seqlock_private {
+    seqlock_t *lock;
+    void (*undo)(void *arg); /* may be NULL: the section closes as is */
+    void *arg;
+    struct seqlock_private *prev, *next;
+} seqlock_private_t;
+
+/* Start or stop tracking; p must stay valid and unmoved in between. */
+void seqlock_track_private(seqlock_private_t *p, seqlock_t *sl,
+                           void (*undo)(void *arg), void *arg);
+void seqlock_untrack_private(seqlock_private_t *p);
 
 /* ---- readers ---- */
 
 /**
+ * seqlock_read_try_begin - start a read section without waiting
+ * Returns: nonzero with *seq set if no writer is active; 0 otherwise.  The
+ * acquire load orders the caller's data loads after it.
+ */
+static inline int
+seqlock_read_try_begin(const seqlock_t *sl, uint64_t *seq)
+{
+    *seq = atomic_load_explicit(&sl->sequence, memory_order_acquire);
+    return !(*seq & 1u);
+}
+
+/**
+ * seqlock_read_retry - end a read section begun with a 64-bit count
+ * Returns: nonzero if a write overlapped the section (the copy may be torn
+ * and must be retried).  The acquire fence orders the caller's data loads
+ * before the re-load of the counter.
+ */
+static inline int
+seqlock_read_retry(const seqlock_t *sl, uint64_t start)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&sl->sequence, memory_order_relaxed) != start;
+}
+
+/**
  * read_seqbegin - start a read-side critical section
- * Returns: an even sequence value to pass to read_seqretry().  Waits (spin,
- * yield, sleep) while a writer is active.  The acquire load orders the
- * caller's data loads after it.
+ * Returns: an even sequence value (the count's low 32 bits) to pass to
+ * read_seqretry().  Waits (spin, yield, sleep) while a writer is active.
+ * The acquire load orders the caller's data loads after it.
  */
 static inline unsigned
 read_seqbegin(const seqlock_t *sl)
 {
-    unsigned seq = atomic_load_explicit(&sl->sequence, memory_order_acquire);
-    if (SEQLOCK_UNLIKELY(seq & 1u)) {
+    uint64_t seq;
+    if (SEQLOCK_UNLIKELY(!seqlock_read_try_begin(sl, &seq))) {
         seq = seqlock_read_wait_(sl);
     }
-    return seq;
+    return (unsigned)seq;
 }
 
 /**
@@ -196,18 +302,8 @@ static inline int
 read_seqretry(const seqlock_t *sl, unsigned start)
 {
     atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&sl->sequence, memory_order_relaxed) != start;
-}
-
-/**
- * seqlock_read_try_begin - start a read section without waiting
- * Returns: nonzero with *seq set if no writer is active; 0 otherwise.
- */
-static inline int
-seqlock_read_try_begin(const seqlock_t *sl, unsigned *seq)
-{
-    *seq = atomic_load_explicit(&sl->sequence, memory_order_acquire);
-    return !(*seq & 1u);
+    return (unsigned)atomic_load_explicit(&sl->sequence, memory_order_relaxed)
+           != start;
 }
 
 /**
@@ -233,48 +329,53 @@ seqlock_read_copy(void *dst, const seqlock_word_t *src, size_t nbytes)
     }
 }
 
-/* ---- writers ---- */
+/* ---- writers (the kernel's API) ---- */
 
 /**
  * write_tryseqlock - take the write lock if it is free
  * Returns: nonzero if taken (the sequence is now odd), 0 if another writer
- * holds it.  Never waits.  The release fence after the bump orders it before
- * the caller's data stores.
+ * holds it or the caller does.  Never waits.  A lock whose holder died is
+ * taken over: its section stays open and the data may be half written.
  */
 static inline int
 write_tryseqlock(seqlock_t *sl)
 {
-    uint32_t expected = 0;
-    if (!atomic_compare_exchange_strong_explicit(
-            &sl->owner, &expected, seqlock_thread_id(),
-            memory_order_acquire, memory_order_relaxed)) {
-        return 0;
-    }
-    uint32_t seq = atomic_load_explicit(&sl->sequence, memory_order_relaxed);
-    atomic_store_explicit(&sl->sequence, seq + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    return 1;
+    int err = seqlock_write_lock_timed(sl, 0);
+    return err == 0 || err == EOWNERDEAD;
 }
 
 /**
  * write_seqlock - take the write lock, waiting for other writers
  * Afterwards the sequence is odd and the caller may store protected data.
- * Aborts if the caller already holds it (a recursive write would deadlock).
- * A lock whose owner thread died is taken over silently: use
- * seqlock_write_lock_timed() to be told (EOWNERDEAD).
+ * Aborts if the caller already holds it (a recursive write would deadlock)
+ * or the mutex is broken.  A lock whose holder died is taken over
+ * silently: use seqlock_write_lock_timed() to be told (EOWNERDEAD).
  */
 static inline void
 write_seqlock(seqlock_t *sl)
 {
-    if (SEQLOCK_UNLIKELY(!write_tryseqlock(sl))) {
-        int err;
-        do { /* EINTR: a signal handler ran while we slept; keep waiting */
-            err = seqlock_write_lock_timed(sl, -1);
-        } while (err == EINTR);
-        if (err == EDEADLK) {
-            seqlock_die_("write_seqlock: the calling thread already holds "
-                         "this seqlock");
-        }
+    int err = seqlock_write_lock_timed(sl, -1);
+    if (SEQLOCK_UNLIKELY(err != 0 && err != EOWNERDEAD)) {
+        seqlock_die_(err == EDEADLK
+                         ? "write_seqlock: the calling thread already holds "
+                           "this seqlock"
+                         : "write_seqlock: the lock's mutex is broken");
+    }
+}
+
+/**
+ * write_sequnlock - end a write section and release the lock
+ * The release store of the even count publishes the data stores to readers
+ * whose acquire load sees it; sleeping readers are woken.  Aborts if the
+ * caller holds no write section of this lock.
+ */
+static inline void
+write_sequnlock(seqlock_t *sl)
+{
+    if (SEQLOCK_UNLIKELY(seqlock_close_section(sl) != 0
+                         || seqlock_unlock(sl) != 0)) {
+        seqlock_die_("write_sequnlock: the calling thread holds no write "
+                     "section of this seqlock");
     }
 }
 
@@ -282,57 +383,41 @@ write_seqlock(seqlock_t *sl)
  * read_seqlock_excl - take the lock word as a reader, without touching the
  * sequence: writers are kept out, lock-free readers are not disturbed.
  * For a reader that must finish (read_seqbegin_or_lock's locking pass).
- * Aborts if the caller already holds the lock.
+ * Aborts if the caller already holds the lock.  If the holder died inside
+ * a write section, that section is closed as it stands: use
+ * seqlock_lock_excl_timed() to be told and repair the data first.
  */
 static inline void
 read_seqlock_excl(seqlock_t *sl)
 {
-    uint32_t expected = 0;
-    if (SEQLOCK_UNLIKELY(!atomic_compare_exchange_strong_explicit(
-            &sl->owner, &expected, seqlock_thread_id(),
-            memory_order_acquire, memory_order_relaxed))) {
-        int err;
-        do {
-            err = seqlock_lock_excl_timed(sl, -1);
-        } while (err == EINTR);
-        if (err == EDEADLK) {
-            seqlock_die_("read_seqlock_excl: the calling thread already "
-                         "holds this seqlock");
+    int err = seqlock_lock_excl_timed(sl, -1);
+    if (err == EOWNERDEAD) {
+        uint64_t seq = atomic_load_explicit(&sl->sequence,
+                                            memory_order_relaxed);
+        if (seq & 1u) {
+            (void)seqlock_close_section(sl);
         }
+    }
+    else if (SEQLOCK_UNLIKELY(err != 0)) {
+        seqlock_die_(err == EDEADLK
+                         ? "read_seqlock_excl: the calling thread already "
+                           "holds this seqlock"
+                         : "read_seqlock_excl: the lock's mutex is broken");
     }
 }
 
 /**
  * read_sequnlock_excl - release the lock word taken by read_seqlock_excl
- * The release exchange orders the section before the next owner's
- * acquire; a writer asleep on the lock word is woken.
+ * The mutex's release orders the section before the next holder's
+ * acquire.  Aborts if the caller does not hold it.
  */
 static inline void
 read_sequnlock_excl(seqlock_t *sl)
 {
-    uint32_t old = atomic_exchange_explicit(&sl->owner, 0,
-                                            memory_order_release);
-    if (old & SEQLOCK_WAITERS) {
-        seqlock_wake_writer_(sl);
+    if (SEQLOCK_UNLIKELY(seqlock_unlock(sl) != 0)) {
+        seqlock_die_("read_sequnlock_excl: the calling thread does not "
+                     "hold this seqlock");
     }
-}
-
-/**
- * write_sequnlock - end a write section and release the lock
- * The release store of the even count publishes the data stores to readers
- * whose acquire load sees it; the seq_cst fence pairs with a sleeping
- * reader's registration so that no wake-up is lost.
- */
-static inline void
-write_sequnlock(seqlock_t *sl)
-{
-    uint32_t seq = atomic_load_explicit(&sl->sequence, memory_order_relaxed);
-    atomic_store_explicit(&sl->sequence, seq + 1, memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&sl->sleepers, memory_order_relaxed)) {
-        seqlock_wake_readers_(sl);
-    }
-    read_sequnlock_excl(sl);
 }
 
 /**
@@ -362,25 +447,31 @@ seqlock_write_copy(seqlock_word_t *dst, const void *src, size_t nbytes)
 /* ---- queries ---- */
 
 /** seqlock_sequence - the current count (odd while a write is in progress) */
-static inline unsigned
+static inline uint64_t
 seqlock_sequence(const seqlock_t *sl)
 {
     return atomic_load_explicit(&sl->sequence, memory_order_relaxed);
 }
 
-/** seqlock_owner - the owner's thread id, or 0 if the lock is free */
-static inline uint32_t
-seqlock_owner(const seqlock_t *sl)
+/**
+ * seqlock_is_locked - nonzero if some thread holds the lock word (or held
+ * it when it died, until the lock is taken over).  A racy snapshot.
+ */
+static inline int
+seqlock_is_locked(const seqlock_t *sl)
 {
-    return atomic_load_explicit(&sl->owner, memory_order_relaxed)
-           & SEQLOCK_OWNER_MASK;
+    return atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0;
 }
 
-/** seqlock_held_by_me - nonzero if the calling thread holds the lock */
+/**
+ * seqlock_held_by_me - nonzero if the calling thread holds the lock word
+ * Exact: only the holder stores its token, and tokens are unique.
+ */
 static inline int
 seqlock_held_by_me(const seqlock_t *sl)
 {
-    return seqlock_owner(sl) == seqlock_thread_id();
+    return atomic_load_explicit(&sl->holder, memory_order_relaxed)
+           == seqlock_self();
 }
 
 /* ---- signal-masking variants (the kernel's interrupt variants) ---- */

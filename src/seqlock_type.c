@@ -1,10 +1,11 @@
 /*
  * seqlock_type.c - the SeqLock type and its write-section context manager.
  *
- * A SeqLock is a seqlock_t and nothing else: every field is a C11 atomic,
- * so the type needs no GIL and no critical sections on a free-threaded
- * build.  Readers of the Python object write no shared memory on the fast
- * path; only waiting (wait.c) touches the lock's sleeper count.
+ * A SeqLock is a seqlock_t and its view on the one locking path
+ * (lock_path.c); every field is a C11 atomic or the core's mutex, so the
+ * type needs no GIL and no critical sections on a free-threaded build.
+ * Readers write no shared memory on the fast path; only waiting touches
+ * the lock (a sleeper's announcement).
  */
 #include "binding.h"
 
@@ -12,10 +13,9 @@
 
 typedef struct {
     PyObject_HEAD
-    seqlock_t lock;
-    fork_guard guard;
-    read_budget budget;
+    bound_lock lock;  /* the one locking path's view of `word` */
     PyObject *weakreflist;
+    seqlock_t word;
 } SeqLockObject;
 
 typedef struct {
@@ -24,93 +24,13 @@ typedef struct {
     int64_t timeout_ns;
 } WriteSectionObject;
 
-/* ---- helpers ---- */
-
 /* Take the write lock within timeout_ns (-1: for ever).  Returns 1 if
  * taken, 0 on timeout, -1 with an exception set. */
 static int
-warn_owner_died(void)
-{
-    return PyErr_WarnEx(PyExc_RuntimeWarning,
-                        "took over a write lock whose owner thread exited "
-                        "without releasing it", 1);
-}
-
-static int
 take_write_lock(SeqLockObject *self, int64_t timeout_ns)
 {
-    if (SEQLOCK_UNLIKELY(!write_tryseqlock(&self->lock))) {
-        (void)fork_guard_repair(&self->guard, &self->lock, NULL);
-        int got = wait_write_lock(&self->lock, timeout_ns);
-        if (got < 0 || got == WAIT_TIMED_OUT) {
-            return got < 0 ? -1 : 0;
-        }
-        if (got == WAIT_OWNER_DIED && warn_owner_died() < 0) {
-            write_sequnlock(&self->lock);
-            return -1;
-        }
-    }
-    fork_guard_note(&self->guard);
-    return 1;
-}
-
-/* Take the lock word for a reader's locking pass (the sequence stays as it
- * is, so lock-free readers carry on).  0, or -1 with an exception. */
-static int
-take_read_lock(SeqLockObject *self)
-{
-    int taken = take_lock_excl(&self->lock, &self->guard, NULL);
-    if (taken < 0) {
-        return -1;
-    }
-    if (taken == 1 && warn_owner_died() < 0) {
-        read_sequnlock_excl(&self->lock);
-        return -1;
-    }
-    fork_guard_note(&self->guard);
-    return 0;
-}
-
-/* Release the write lock the calling thread holds; -1 with RuntimeError
- * if it holds none. */
-static int
-release_write_lock(SeqLockObject *self)
-{
-    uint32_t owner = seqlock_owner(&self->lock);
-    if (owner != 0 && owner != seqlock_thread_id()
-        && fork_guard_repair(&self->guard, &self->lock, NULL)) {
-        owner = seqlock_owner(&self->lock);
-    }
-    if (owner == 0 || !(seqlock_sequence(&self->lock) & 1u)) {
-        /* Free, or held by a reader's locking pass, not a writer. */
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
-        return -1;
-    }
-    if (owner != seqlock_thread_id()) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "cannot release a write lock held by another thread");
-        return -1;
-    }
-    write_sequnlock(&self->lock);
-    return 0;
-}
-
-/* Turn a failed read_begin() into an exception. */
-static int
-read_begin_or_raise(SeqLockObject *self, unsigned *seq)
-{
-    if (SEQLOCK_LIKELY(seqlock_read_try_begin(&self->lock, seq))) {
-        return 0;
-    }
-    (void)fork_guard_repair(&self->guard, &self->lock, NULL);
-    int begun = wait_read_begin(&self->lock, seq);
-    if (SEQLOCK_UNLIKELY(begun == WAIT_OWNER_DIED)) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "the write lock's owner thread exited inside a write "
-                        "section");
-        return -1;
-    }
-    return begun < 0 ? -1 : 0;
+    lock_status taken = lock_write(&self->lock, timeout_ns);
+    return taken > LOCK_TIMED_OUT ? 1 : (int)taken;
 }
 
 /* ---- SeqLock ---- */
@@ -131,9 +51,15 @@ SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    seqlock_init(&self->lock);
-    atomic_init(&self->guard.holder, 0);
-    read_budget_init(&self->budget, max_retries);
+    int err = seqlock_init(&self->word);
+    if (err != 0) {
+        Py_DECREF(self); /* zeroed: dealloc has nothing to undo */
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    bound_lock_init(&self->lock, &self->word, NULL, (PyObject *)self, 1);
+    atomic_store_explicit(&self->lock.budget.max_retries, max_retries,
+                          memory_order_relaxed);
     self->weakreflist = NULL;
     return (PyObject *)self;
 }
@@ -145,6 +71,9 @@ SeqLock_dealloc(SeqLockObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    /* No thread of ours holds it: a holder keeps the object alive. */
+    bound_lock_fini(&self->lock);
+    seqlock_destroy(&self->word);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
@@ -152,10 +81,10 @@ SeqLock_dealloc(SeqLockObject *self)
 static PyObject *
 SeqLock_repr(SeqLockObject *self)
 {
-    unsigned seq = seqlock_sequence(&self->lock);
-    return PyUnicode_FromFormat("<%s object at %p sequence=%u locked=%s>",
-                                Py_TYPE(self)->tp_name, self, seq,
-                                seqlock_owner(&self->lock) ? "True" : "False");
+    return PyUnicode_FromFormat(
+        "<%s object at %p sequence=%llu locked=%s>", Py_TYPE(self)->tp_name,
+        self, (unsigned long long)seqlock_sequence(&self->word),
+        seqlock_is_locked(&self->word) ? "True" : "False");
 }
 
 PyDoc_STRVAR(SeqLock_acquire_write_doc,
@@ -190,7 +119,7 @@ PyDoc_STRVAR(SeqLock_release_write_doc,
 static PyObject *
 SeqLock_release_write(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (release_write_lock(self) < 0) {
+    if (unlock_write(&self->lock) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -217,7 +146,7 @@ static PyObject *
 SeqLock_exit(SeqLockObject *self, PyObject *const *Py_UNUSED(args),
              Py_ssize_t Py_UNUSED(nargs))
 {
-    if (release_write_lock(self) < 0) {
+    if (unlock_write(&self->lock) < 0) {
         return NULL;
     }
     Py_RETURN_FALSE;
@@ -234,12 +163,8 @@ PyDoc_STRVAR(SeqLock_write_doc,
 static PyObject *
 SeqLock_write(SeqLockObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"timeout", NULL};
-    PyObject *timeout = Py_None;
     int64_t timeout_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:write", keywords,
-                                     &timeout)
-        || timeout_to_ns(timeout, &timeout_ns) < 0) {
+    if (write_timeout_arg(args, kwargs, &timeout_ns) < 0) {
         return NULL;
     }
     module_state *state = PyType_GetModuleState(Py_TYPE(self));
@@ -256,19 +181,39 @@ SeqLock_write(SeqLockObject *self, PyObject *args, PyObject *kwargs)
     return (PyObject *)section;
 }
 
-/* The pass of read() that no write may overlap: writers are kept out by
- * holding the lock word; lock-free readers are not disturbed. */
-static PyObject *
-read_locked(SeqLockObject *self, PyObject *fn, PyObject *const *args,
-            Py_ssize_t nargs, PyObject *kwnames)
+/* One call of read()'s fn, and what it returned. */
+typedef struct {
+    PyObject *fn;
+    PyObject *const *args;
+    size_t nargsf;
+    PyObject *kwnames;
+    PyObject *result;
+} read_call;
+
+static int
+call_reader(void *ctx)
 {
-    if (take_read_lock(self) < 0) {
-        return NULL;
+    read_call *c = ctx;
+    c->result = PyObject_Vectorcall(c->fn, c->args, c->nargsf, c->kwnames);
+    return c->result == NULL ? -1 : 0;
+}
+
+/* A write overlapped the call: whatever fn saw may be torn, so drop its
+ * result or its Exception; a BaseException (KeyboardInterrupt) stays. */
+static int
+discard_call(void *ctx)
+{
+    read_call *c = ctx;
+    if (c->result != NULL) {
+        Py_CLEAR(c->result);
     }
-    PyObject *result = PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
-    read_sequnlock_excl(&self->lock);
-    read_budget_count(&self->budget.fallbacks);
-    return result;
+    else if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+    }
+    else {
+        return -1;
+    }
+    return PyErr_CheckSignals();
 }
 
 PyDoc_STRVAR(SeqLock_read_doc,
@@ -296,42 +241,20 @@ SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
                         "read() missing required argument 'fn' (pos 1)");
         return NULL;
     }
-    PyObject *fn = args[0];
-    if (!PyCallable_Check(fn)) {
+    if (!PyCallable_Check(args[0])) {
         PyErr_Format(PyExc_TypeError,
                      "read() argument 'fn' must be callable, not %.200s",
-                     Py_TYPE(fn)->tp_name);
+                     Py_TYPE(args[0])->tp_name);
         return NULL;
     }
-    int max_retries = read_budget_max(&self->budget);
-    for (int failed = 0;; failed++) {
-        if (SEQLOCK_UNLIKELY(failed > max_retries)) {
-            return read_locked(self, fn, args + 1, nargs - 1, kwnames);
-        }
-        unsigned seq;
-        if (read_begin_or_raise(self, &seq) < 0) {
-            return NULL;
-        }
-        PyObject *result = PyObject_Vectorcall(fn, args + 1, nargs - 1,
-                                               kwnames);
-        if (SEQLOCK_LIKELY(!read_seqretry(&self->lock, seq))) {
-            return result;
-        }
-        read_budget_count(&self->budget.retries);
-        /* A write overlapped: whatever fn saw may be torn. */
-        if (result != NULL) {
-            Py_DECREF(result);
-        }
-        else if (PyErr_ExceptionMatches(PyExc_Exception)) {
-            PyErr_Clear();
-        }
-        else {
-            return NULL;
-        }
-        if (PyErr_CheckSignals() < 0) {
-            return NULL;
-        }
+    read_call call = {args[0], args + 1, (size_t)(nargs - 1), kwnames, NULL};
+    uint64_t seq;
+    if (read_consistently(&self->lock, call_reader, discard_call, &call,
+                          &seq) < 0) {
+        Py_XDECREF(call.result);
+        return NULL;
     }
+    return call.result;
 }
 
 PyDoc_STRVAR(SeqLock_read_begin_doc,
@@ -344,11 +267,11 @@ PyDoc_STRVAR(SeqLock_read_begin_doc,
 static PyObject *
 SeqLock_read_begin(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    unsigned seq;
-    if (read_begin_or_raise(self, &seq) < 0) {
+    uint64_t seq;
+    if (begin_read(&self->lock, &seq) < 0) {
         return NULL;
     }
-    return PyLong_FromUnsignedLong(seq);
+    return PyLong_FromUnsignedLongLong(seq);
 }
 
 PyDoc_STRVAR(SeqLock_read_retry_doc,
@@ -365,17 +288,17 @@ SeqLock_read_retry(SeqLockObject *self, PyObject *seq_obj)
                      Py_TYPE(seq_obj)->tp_name);
         return NULL;
     }
-    int overflow;
-    long long seq = PyLong_AsLongLongAndOverflow(seq_obj, &overflow);
-    if (seq == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow || seq < 0 || seq > (long long)UINT32_MAX) {
+    unsigned long long seq = PyLong_AsUnsignedLongLong(seq_obj);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return NULL;
+        }
+        PyErr_Clear(); /* negative, or above 2**64 - 1 */
         PyErr_SetString(PyExc_ValueError,
                         "seq is not a value read_begin() returns");
         return NULL;
     }
-    return PyBool_FromLong(read_seqretry(&self->lock, (unsigned)seq));
+    return PyBool_FromLong(seqlock_read_retry(&self->word, seq));
 }
 
 PyDoc_STRVAR(SeqLock_locked_doc,
@@ -385,7 +308,7 @@ PyDoc_STRVAR(SeqLock_locked_doc,
 static PyObject *
 SeqLock_locked(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return PyBool_FromLong(seqlock_owner(&self->lock) != 0);
+    return PyBool_FromLong(seqlock_is_locked(&self->word));
 }
 
 PyDoc_STRVAR(SeqLock_reduce_doc,
@@ -395,7 +318,7 @@ PyDoc_STRVAR(SeqLock_reduce_doc,
 static PyObject *
 SeqLock_get_sequence(SeqLockObject *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromUnsignedLong(seqlock_sequence(&self->lock));
+    return PyLong_FromUnsignedLongLong(seqlock_sequence(&self->word));
 }
 
 static PyMethodDef SeqLock_methods[] = {
@@ -420,7 +343,7 @@ static PyMethodDef SeqLock_methods[] = {
 };
 
 static PyGetSetDef SeqLock_getset[] = {
-    READ_BUDGET_GETSETS(offsetof(SeqLockObject, budget)),
+    READ_BUDGET_GETSETS(offsetof(SeqLockObject, lock.budget)),
     {"sequence", (getter)SeqLock_get_sequence, NULL,
      PyDoc_STR("The sequence count: even while no writer is active, odd "
                "during a write section; +2 per completed write."), NULL},
@@ -476,7 +399,8 @@ WriteSection_dealloc(WriteSectionObject *self)
 static PyObject *
 WriteSection_enter(WriteSectionObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (entered_or_timed_out(take_write_lock(self->owner, self->timeout_ns)) < 0) {
+    if (entered_or_timed_out(lock_write(&self->owner->lock,
+                                        self->timeout_ns)) < 0) {
         return NULL;
     }
     return Py_NewRef(self->owner);
@@ -486,7 +410,7 @@ static PyObject *
 WriteSection_exit(WriteSectionObject *self, PyObject *const *Py_UNUSED(args),
                   Py_ssize_t Py_UNUSED(nargs))
 {
-    if (release_write_lock(self->owner) < 0) {
+    if (unlock_write(&self->owner->lock) < 0) {
         return NULL;
     }
     Py_RETURN_FALSE;

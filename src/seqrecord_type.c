@@ -18,13 +18,12 @@
 
 typedef struct {
     PyObject_HEAD
+    bound_lock lock;         /* the one locking path's view of h->lock */
     record_header *h;
     seqlock_word_t *data;
     record_layout *layout;
-    void *memory;    /* a private record's own memory, else NULL */
-    Py_buffer view;  /* a shared record's buffer (view.obj NULL if none) */
-    fork_guard guard;                /* for a private record only */
-    read_budget budget;              /* this object's reads */
+    void *memory;    /* a record's own memory (SeqRecord()), else NULL */
+    Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
     PyObject *weakreflist;
 } SeqRecordObject;
 
@@ -50,60 +49,33 @@ state_of(PyObject *self)
     return PyType_GetModuleState(Py_TYPE(self));
 }
 
-/* ---- waiting, recovery, write sections ---- */
+/* ---- consistent snapshots ---- */
 
-/* On a slow path: after fork(), make a private record's lock usable in
- * the child.  A shared record's lock is left alone: its holder may be a
- * live thread of another process. */
-static void
-repair_after_fork(SeqRecordObject *self)
-{
-    if (self->memory != NULL) {
-        (void)fork_guard_repair(&self->guard, &self->h->lock, self->h);
-    }
-}
+/* Data bytes [offset, +n) to dst: one pass of read_consistently(). */
+typedef struct {
+    SeqRecordObject *record;
+    void *dst;
+    size_t offset, n;
+} copy_request;
 
-/* Finish a write section that died with its process: take the lock (the
- * core hands it over with EOWNERDEAD), undo, release.  0 or -1. */
 static int
-recover_dead_writer(SeqRecordObject *self)
+copy_out(void *ctx)
 {
-    int got = wait_write_lock(&self->h->lock, -1);
-    if (got < 0) {
-        return -1;
+    copy_request *r = ctx;
+    if (r->offset == 0 && r->n == r->record->h->data_bytes) {
+        seqlock_read_copy(r->dst, r->record->data, r->n);
     }
-    if (got == WAIT_OWNER_DIED) {
-        record_recover(self->h);
+    else {
+        record_load_bytes(r->dst, r->record->data, r->offset, r->n);
     }
-    record_end_write(self->h);
     return 0;
 }
 
-static void
-copy_out(SeqRecordObject *self, void *dst, size_t offset, size_t n)
-{
-    if (offset == 0 && n == self->h->data_bytes) {
-        seqlock_read_copy(dst, self->data, n);
-    }
-    else {
-        record_load_bytes(dst, self->data, offset, n);
-    }
-}
-
-/* The locking pass of a reader that ran out of retries: hold the lock
- * word against writers (lock-free readers carry on), copy, release. */
+/* Raw bytes to drop after an overlapped pass: nothing to do. */
 static int
-snapshot_locked(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-                unsigned *seq)
+nothing_to_discard(void *ctx)
 {
-    record_header *h = self->h;
-    if (take_lock_excl(&h->lock, self->memory ? &self->guard : NULL, h) < 0) {
-        return -1;
-    }
-    copy_out(self, dst, offset, n);
-    *seq = seqlock_sequence(&h->lock);
-    read_sequnlock_excl(&h->lock);
-    read_budget_count(&self->budget.fallbacks);
+    (void)ctx;
     return 0;
 }
 
@@ -111,53 +83,11 @@ snapshot_locked(SeqRecordObject *self, void *dst, size_t offset, size_t n,
  * store its sequence number in *seq.  0, or -1 with an exception. */
 static int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-         unsigned *seq)
+         uint64_t *seq)
 {
-    int max_retries = read_budget_max(&self->budget);
-    for (int failed = 0;; failed++) {
-        if (SEQLOCK_UNLIKELY(failed > max_retries)) {
-            return snapshot_locked(self, dst, offset, n, seq);
-        }
-        if (SEQLOCK_UNLIKELY(!seqlock_read_try_begin(&self->h->lock, seq))) {
-            repair_after_fork(self);
-            int begun = wait_read_begin(&self->h->lock, seq);
-            if (begun < 0) {
-                return -1;
-            }
-            if (begun == WAIT_OWNER_DIED) {
-                if (recover_dead_writer(self) < 0) {
-                    return -1;
-                }
-                continue;
-            }
-        }
-        copy_out(self, dst, offset, n);
-        if (SEQLOCK_LIKELY(!read_seqretry(&self->h->lock, *seq))) {
-            return 0;
-        }
-        read_budget_count(&self->budget.retries);
-    }
-}
-
-/* Open a write section: take the lock within timeout_ns, undo a dead
- * owner's half-write, save the undo copy.  1, 0 on timeout, or -1. */
-static int
-begin_write(SeqRecordObject *self, int64_t timeout_ns)
-{
-    int got = WAIT_DONE;
-    if (SEQLOCK_UNLIKELY(!write_tryseqlock(&self->h->lock))) {
-        repair_after_fork(self);
-        got = wait_write_lock(&self->h->lock, timeout_ns);
-        if (got < 0 || got == WAIT_TIMED_OUT) {
-            return got < 0 ? -1 : 0;
-        }
-        if (got == WAIT_OWNER_DIED) {
-            record_recover(self->h);
-        }
-    }
-    fork_guard_note(&self->guard);
-    record_save_undo(self->h);
-    return 1;
+    copy_request request = {self, dst, offset, n};
+    return read_consistently(&self->lock, copy_out, nothing_to_discard,
+                             &request, seq);
 }
 
 /* A buffer for n bytes of snapshot: the stack one if it fits. */
@@ -230,10 +160,15 @@ store_values(seqlock_word_t *data, const unsigned char *buf,
     }
 }
 
-/* Validate every keyword, then (if write_lock_held is 0) take the lock,
- * store, release.  Nothing is written unless everything validated. */
+static int check_in_section(RecordWriterObject *w);
+
+/* Convert every keyword first (that runs user code), then store them: in
+ * writer's section if one is given (checked after the conversions, which
+ * may have closed it), else in a write section of their own.  Nothing is
+ * written unless every value converted. */
 static int
-update_fields(SeqRecordObject *self, PyObject *kwargs, int write_lock_held)
+update_fields(SeqRecordObject *self, RecordWriterObject *writer,
+              PyObject *kwargs)
 {
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     size_t nbytes = self->h->data_bytes;
@@ -251,15 +186,18 @@ update_fields(SeqRecordObject *self, PyObject *kwargs, int write_lock_held)
     if (encode_values(self->layout, kwargs, buf, which, &n) < 0) {
         goto done;
     }
-    if (write_lock_held) {
-        store_values(self->data, buf, which, n);
-    }
-    else {
-        if (begin_write(self, -1) < 0) {
+    if (writer != NULL) {
+        if (check_in_section(writer) < 0) {
             goto done;
         }
         store_values(self->data, buf, which, n);
-        record_end_write(self->h);
+    }
+    else {
+        if (lock_write(&self->lock, -1) < 0) {
+            goto done;
+        }
+        store_values(self->data, buf, which, n);
+        (void)unlock_write(&self->lock);
     }
     result = 0;
 done:
@@ -285,8 +223,6 @@ record_alloc(PyTypeObject *type, PyObject *kwargs)
         return NULL;
     }
     self->layout = layout;
-    atomic_init(&self->guard.holder, 0);
-    read_budget_init(&self->budget, DEFAULT_MAX_RETRIES);
     return self;
 }
 
@@ -297,11 +233,23 @@ layout_record_size(const record_layout *layout)
                        layout->data_bytes);
 }
 
+/* Point the record at its memory and bind its lock.  A lock in private
+ * memory is repaired in a fork's child; one in shared memory never is. */
 static void
-bind_memory(SeqRecordObject *self, void *memory)
+bind_memory(SeqRecordObject *self, void *memory, int private_memory)
 {
     self->h = (record_header *)memory;
     self->data = record_data(self->h);
+    bound_lock_init(&self->lock, &self->h->lock, self->h, (PyObject *)self,
+                    private_memory);
+}
+
+/* record_init()'s error as an exception. */
+static void
+record_init_failed(int err)
+{
+    errno = err;
+    PyErr_SetFromErrno(PyExc_OSError);
 }
 
 static PyObject *
@@ -323,11 +271,79 @@ SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
-    record_init(self->memory, PyBytes_AS_STRING(self->layout->descriptor),
-                (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor),
-                (uint32_t)self->layout->data_bytes);
-    bind_memory(self, self->memory);
+    int err = record_init(self->memory,
+                          PyBytes_AS_STRING(self->layout->descriptor),
+                          (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor),
+                          (uint32_t)self->layout->data_bytes);
+    if (err != 0) {
+        PyMem_Free(self->memory);
+        self->memory = NULL;
+        Py_DECREF(self);
+        record_init_failed(err);
+        return NULL;
+    }
+    bind_memory(self, self->memory, 1);
     return (PyObject *)self;
+}
+
+static void
+buffer_too_small(const record_layout *layout, Py_ssize_t len)
+{
+    PyErr_Format(PyExc_ValueError,
+                 "buffer too small: the record needs %zu bytes, the buffer "
+                 "has %zd", layout_record_size(layout), len);
+}
+
+/* 0 if the record in buf (len bytes) matches layout; else -1 with a
+ * ValueError that says what differs. */
+static int
+attach_mismatch(const record_header *found, size_t len,
+                const record_layout *layout)
+{
+    switch (record_matches(found, len, PyBytes_AS_STRING(layout->descriptor),
+                           (uint32_t)PyBytes_GET_SIZE(layout->descriptor),
+                           (uint32_t)layout->data_bytes)) {
+    case RECORD_MATCHES:
+        return 0;
+    case RECORD_NO_MAGIC:
+        PyErr_SetString(PyExc_ValueError,
+                        "the buffer holds no SeqRecord (no magic number: "
+                        "create() it first)");
+        return -1;
+    case RECORD_OTHER_VERSION:
+        PyErr_Format(PyExc_ValueError,
+                     "the buffer holds a SeqRecord of layout version %u; "
+                     "this seqlock_py reads version %u only (create() the "
+                     "record anew with one version throughout)",
+                     found->version, RECORD_VERSION);
+        return -1;
+    case RECORD_TOO_SMALL:
+        buffer_too_small(layout, (Py_ssize_t)len);
+        return -1;
+    case RECORD_OTHER_LOCK_ABI:
+        PyErr_Format(PyExc_ValueError,
+                     "the buffer's SeqRecord was created by a build with "
+                     "another C library or word size (lock ABI %#x, this "
+                     "build %#x): processes sharing a record must agree",
+                     found->lock_abi, RECORD_LOCK_ABI);
+        return -1;
+    default: {
+        /* Quote the found layout text, but only the part inside the
+         * buffer: its layout_bytes is the other record's, not ours. */
+        size_t room = len - RECORD_HEADER_SIZE;
+        PyObject *other = PyBytes_FromStringAndSize(
+            record_layout_text(found),
+            (Py_ssize_t)(found->layout_bytes < room ? found->layout_bytes
+                                                    : room));
+        if (other != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "the buffer holds a record with other fields: "
+                         "expected %R, found %R", layout->descriptor, other);
+            Py_DECREF(other);
+        }
+        return -1;
+    }
+    }
 }
 
 /* create() and attach(): a record in the caller's buffer. */
@@ -349,11 +365,9 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                            PyBUF_WRITABLE) < 0) {
         goto error;
     }
-    size_t need = layout_record_size(self->layout);
-    if ((size_t)self->view.len < need) {
-        PyErr_Format(PyExc_ValueError,
-                     "buffer too small: the record needs %zu bytes, the "
-                     "buffer has %zd", need, self->view.len);
+    if (create
+        && (size_t)self->view.len < layout_record_size(self->layout)) {
+        buffer_too_small(self->layout, self->view.len);
         goto error;
     }
     if ((uintptr_t)self->view.buf % 8 != 0) {
@@ -366,44 +380,19 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     uint32_t desc_len = (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor);
     uint32_t data_bytes = (uint32_t)self->layout->data_bytes;
     if (create) {
-        record_init(self->view.buf, desc, desc_len, data_bytes);
-    }
-    else {
-        switch (record_matches(self->view.buf, (size_t)self->view.len, desc,
-                               desc_len, data_bytes)) {
-        case 0:
-            break;
-        case 1:
-            PyErr_SetString(PyExc_ValueError,
-                            "the buffer holds no SeqRecord (no magic number: "
-                            "create() it first)");
-            goto error;
-        case 2:
-            PyErr_SetString(PyExc_ValueError,
-                            "the buffer holds a SeqRecord of another layout "
-                            "version");
-            goto error;
-        default: {
-            /* Quote the found layout text, but only the part inside the
-             * buffer: its layout_bytes is the other record's, not ours. */
-            record_header *found = self->view.buf;
-            size_t room = (size_t)self->view.len - sizeof(record_header);
-            PyObject *other = PyBytes_FromStringAndSize(
-                record_layout_text(found),
-                (Py_ssize_t)(found->layout_bytes < room ? found->layout_bytes
-                                                        : room));
-            if (other != NULL) {
-                PyErr_Format(PyExc_ValueError,
-                             "the buffer holds a record with other fields: "
-                             "expected %R, found %R",
-                             self->layout->descriptor, other);
-                Py_DECREF(other);
-            }
+        int err = record_init(self->view.buf, desc, desc_len, data_bytes);
+        if (err != 0) {
+            record_init_failed(err);
             goto error;
         }
-        }
     }
-    bind_memory(self, self->view.buf);
+    else if (attach_mismatch(self->view.buf, (size_t)self->view.len,
+                             self->layout) < 0) {
+        goto error;
+    }
+    bind_memory(self, self->view.buf,
+                memory_is_shared(self->view.buf, (size_t)self->view.len)
+                    == 0);
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -466,10 +455,17 @@ SeqRecord_dealloc(SeqRecordObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    /* No thread of ours holds the lock: a holder keeps the record alive. */
+    if (self->h != NULL) {
+        bound_lock_fini(&self->lock);
+    }
     if (self->view.obj != NULL) {
         PyBuffer_Release(&self->view);
     }
-    PyMem_Free(self->memory);
+    if (self->memory != NULL) {
+        seqlock_destroy(&self->h->lock);
+        PyMem_Free(self->memory);
+    }
     layout_free(self->layout);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
@@ -479,10 +475,10 @@ static PyObject *
 SeqRecord_repr(SeqRecordObject *self)
 {
     return PyUnicode_FromFormat(
-        "<%s fields=%R format=%R sequence=%u%s>", Py_TYPE(self)->tp_name,
+        "<%s fields=%R format=%R sequence=%llu%s>", Py_TYPE(self)->tp_name,
         self->layout->names, self->layout->format,
-        seqlock_sequence(&self->h->lock),
-        self->view.obj != NULL ? " shared" : "");
+        (unsigned long long)seqlock_sequence(&self->h->lock),
+        self->view.obj != NULL ? " in a buffer" : "");
 }
 
 /* ---- readers ---- */
@@ -499,7 +495,7 @@ SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     const record_layout *layout = self->layout;
     unsigned char *buf = scratch(stack, layout->data_bytes);
-    unsigned seq;
+    uint64_t seq;
     if (buf == NULL) {
         return NULL;
     }
@@ -551,7 +547,7 @@ read_field(SeqRecordObject *self, const field_spec *f)
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     size_t n = f->item_size * (size_t)f->count;
     unsigned char *buf = scratch(stack, n);
-    unsigned seq;
+    uint64_t seq;
     if (buf == NULL) {
         return NULL;
     }
@@ -614,10 +610,10 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *target)
         PyBuffer_Release(&view);
         return NULL;
     }
-    unsigned seq;
+    uint64_t seq;
     int failed = snapshot(self, view.buf, 0, n, &seq);
     PyBuffer_Release(&view);
-    return failed ? NULL : PyLong_FromUnsignedLong(seq);
+    return failed ? NULL : PyLong_FromUnsignedLongLong(seq);
 }
 
 /* ---- writers ---- */
@@ -637,7 +633,7 @@ SeqRecord_update(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
                         "update() takes the values as keywords only");
         return NULL;
     }
-    if (update_fields(self, kwargs, 0) < 0) {
+    if (update_fields(self, NULL, kwargs) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -657,12 +653,8 @@ PyDoc_STRVAR(SeqRecord_write_doc,
 static PyObject *
 SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"timeout", NULL};
-    PyObject *timeout = Py_None;
     int64_t timeout_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:write", keywords,
-                                     &timeout)
-        || timeout_to_ns(timeout, &timeout_ns) < 0) {
+    if (write_timeout_arg(args, kwargs, &timeout_ns) < 0) {
         return NULL;
     }
     module_state *state = state_of((PyObject *)self);
@@ -687,13 +679,13 @@ PyDoc_STRVAR(SeqRecord_locked_doc,
 static PyObject *
 SeqRecord_locked(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return PyBool_FromLong(seqlock_owner(&self->h->lock) != 0);
+    return PyBool_FromLong(seqlock_is_locked(&self->h->lock));
 }
 
 static PyObject *
 SeqRecord_get_sequence(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromUnsignedLong(seqlock_sequence(&self->h->lock));
+    return PyLong_FromUnsignedLongLong(seqlock_sequence(&self->h->lock));
 }
 
 static PyObject *
@@ -758,7 +750,7 @@ static PyGetSetDef SeqRecord_getset[] = {
                "layout)."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
-    READ_BUDGET_GETSETS(offsetof(SeqRecordObject, budget)),
+    READ_BUDGET_GETSETS(offsetof(SeqRecordObject, lock.budget)),
     {"recoveries", (getter)SeqRecord_get_recoveries, NULL,
      PyDoc_STR("Write sections undone because their writer died inside "
                "them."), NULL},
@@ -815,9 +807,6 @@ check_in_section(RecordWriterObject *w)
         return -1;
     }
     if (!seqlock_held_by_me(&w->record->h->lock)) {
-        repair_after_fork(w->record); /* the forking thread keeps it */
-    }
-    if (!seqlock_held_by_me(&w->record->h->lock)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the write section belongs to another thread");
         return -1;
@@ -825,10 +814,30 @@ check_in_section(RecordWriterObject *w)
     return 0;
 }
 
+/* Close the section: its changes stand, or (rollback) are undone. */
+static int
+close_section(RecordWriterObject *w, int rollback)
+{
+    if (check_in_section(w) < 0) {
+        return -1;
+    }
+    atomic_store_explicit(&w->active, 0, memory_order_relaxed);
+    return rollback ? abort_write(&w->record->lock)
+                    : unlock_write(&w->record->lock);
+}
+
 static void
 RecordWriter_dealloc(RecordWriterObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
+    if (atomic_load_explicit(&self->active, memory_order_relaxed)
+        && seqlock_held_by_me(&self->record->h->lock)) {
+        /* Dropped inside its section: undo it rather than leave the
+         * record locked for ever. */
+        PyObject *exc = PyErr_GetRaisedException();
+        (void)close_section(self, 1);
+        PyErr_SetRaisedException(exc);
+    }
     Py_DECREF(self->record);
     PyObject_Free(self);
     Py_DECREF(type);
@@ -837,7 +846,8 @@ RecordWriter_dealloc(RecordWriterObject *self)
 static PyObject *
 RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (entered_or_timed_out(begin_write(self->record, self->timeout_ns)) < 0) {
+    if (entered_or_timed_out(lock_write(&self->record->lock,
+                                        self->timeout_ns)) < 0) {
         return NULL;
     }
     atomic_store_explicit(&self->active, 1, memory_order_relaxed);
@@ -848,14 +858,9 @@ static PyObject *
 RecordWriter_exit(RecordWriterObject *self, PyObject *const *args,
                   Py_ssize_t nargs)
 {
-    if (check_in_section(self) < 0) {
+    if (close_section(self, nargs > 0 && args[0] != Py_None) < 0) {
         return NULL;
     }
-    if (nargs > 0 && args[0] != Py_None) {
-        record_rollback(self->record->h);
-    }
-    atomic_store_explicit(&self->active, 0, memory_order_relaxed);
-    record_end_write(self->record->h);
     Py_RETURN_FALSE;
 }
 
@@ -868,8 +873,7 @@ RecordWriter_update(RecordWriterObject *self, PyObject *args,
                         "update() takes the values as keywords only");
         return NULL;
     }
-    if (check_in_section(self) < 0
-        || update_fields(self->record, kwargs, 1) < 0) {
+    if (update_fields(self->record, self, kwargs) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -919,16 +923,17 @@ RecordWriter_setattro(RecordWriterObject *self, PyObject *name,
         PyErr_Format(PyExc_AttributeError, "cannot delete field %R", name);
         return -1;
     }
-    if (check_in_section(self) < 0) {
-        return -1;
-    }
     size_t n = f->item_size * (size_t)f->count;
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     unsigned char *buf = scratch(stack, n);
     if (buf == NULL) {
         return -1;
     }
+    /* Convert first: that runs user code, which may close the section. */
     int result = field_encode(f, value, buf);
+    if (result == 0) {
+        result = check_in_section(self);
+    }
     if (result == 0) {
         record_store_bytes(self->record->data, f->offset, buf, n);
     }
@@ -1028,7 +1033,10 @@ ArrayField_ass_item(ArrayFieldObject *self, Py_ssize_t i, PyObject *value)
     }
     size_t offset = element_offset(self, i);
     unsigned char item[8];
-    if (offset == (size_t)-1 || item_encode(self->field, value, item) < 0) {
+    /* Convert, then check again: the conversion runs user code, which may
+     * have closed the section. */
+    if (offset == (size_t)-1 || item_encode(self->field, value, item) < 0
+        || check_in_section(self->writer) < 0) {
         return -1;
     }
     record_store_bytes(self->writer->record->data, offset, item,

@@ -87,7 +87,7 @@ CASES = [
     ("read(non-callable)", lambda lock, rec: lock.read(42), TypeError),
     ("read_retry('0')", lambda lock, rec: lock.read_retry("0"), TypeError),
     ("read_retry(-2)", lambda lock, rec: lock.read_retry(-2), ValueError),
-    ("read_retry(2**32)", lambda lock, rec: lock.read_retry(2**32), ValueError),
+    ("read_retry(2**64)", lambda lock, rec: lock.read_retry(2**64), ValueError),
     ("read_retry()", lambda lock, rec: lock.read_retry(), TypeError),
     ("read_begin(1)", lambda lock, rec: lock.read_begin(1), TypeError),
     # ---- SeqLock: re-entrancy and cross-thread misuse

@@ -242,12 +242,15 @@ def test_dead_writer_is_recovered_by_the_next_writer(shm):
 
 def test_dead_writer_thread_is_recovered_by_the_next_reader():
     # The same recovery within one process: a thread that ends with its
-    # section open (no __exit__) leaves the lock word naming a dead thread.
+    # section open (no __exit__; the writer kept alive elsewhere, else its
+    # deallocation would undo the section) dies holding the lock.
     rec = new_invariant_record()
     rec.update(**invariant_state(1))
+    writers = []
 
     def die_in_section():
         w = rec.write().__enter__()
+        writers.append(w)
         w.a = 999
         w.arr[0] = -1.0
 

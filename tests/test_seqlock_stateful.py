@@ -20,7 +20,7 @@ from seqlock_py import SeqLock
 
 BAD_SEQ_VALUES = st.one_of(
     st.integers(max_value=-1),
-    st.integers(min_value=2**32),
+    st.integers(min_value=2**64),
 )
 NON_INT_SEQ = st.one_of(st.floats(), st.text(max_size=3), st.none(), st.binary(max_size=3))
 

@@ -1,0 +1,372 @@
+/*
+ * lock_path.c - the one path by which SeqLock and SeqRecord take, wait
+ * for and release their lock from Python, and the timeouts they accept.
+ *
+ * Never wait attached: try first without waiting; if we must wait, detach
+ * from the interpreter (release the GIL; on a free-threaded build, let a
+ * stop-the-world pause proceed without us) around each slice of the wait,
+ * and run signal handlers between slices, so that the writer we wait for
+ * can finish, a garbage collection it triggers cannot deadlock against us,
+ * and Ctrl-C interrupts the wait.  The core decides who holds the lock
+ * (seqlock.h: a robust mutex and a per-thread token), inside the very call
+ * that takes it, so no window exists in which a taken lock names someone
+ * else; this file only writes what the core tells it to.
+ *
+ * While a thread of this process holds a lock, the lock's owner object
+ * holds a reference to itself: the mutex sits on that thread's robust
+ * list, so its memory must not be freed (or a buffer unmapped) under it.
+ */
+#include "binding.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#define WAIT_SLICE_NS (50 * 1000 * 1000LL)
+#define NS_PER_SEC 1e9
+
+static int64_t
+monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- timeouts ---- */
+
+int
+timeout_to_ns(PyObject *timeout, int64_t *ns)
+{
+    if (timeout == NULL || timeout == Py_None) {
+        *ns = -1;
+        return 0;
+    }
+    double seconds = PyFloat_AsDouble(timeout);
+    if (seconds == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (isnan(seconds)) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must not be NaN");
+        return -1;
+    }
+    if (seconds == -1.0) {
+        *ns = -1;
+        return 0;
+    }
+    if (seconds < 0) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be positive");
+        return -1;
+    }
+    double whole_ns = ceil(seconds * NS_PER_SEC); /* round up, as threading */
+    if (whole_ns >= (double)INT64_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return -1;
+    }
+    *ns = (int64_t)whole_ns;
+    return 0;
+}
+
+int
+acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns)
+{
+    if (timeout == Py_None) { /* as threading.Lock.acquire: -1, not None */
+        PyErr_SetString(PyExc_TypeError,
+                        "timeout must be a number (-1 waits for ever), not "
+                        "None");
+        return -1;
+    }
+    if (timeout_to_ns(timeout, ns) < 0) {
+        return -1;
+    }
+    if (!blocking) {
+        if (*ns != -1) {
+            PyErr_SetString(PyExc_ValueError,
+                            "can't specify a timeout for a non-blocking call");
+            return -1;
+        }
+        *ns = 0;
+    }
+    return 0;
+}
+
+int
+write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns)
+{
+    static char *keywords[] = {"timeout", NULL};
+    PyObject *timeout = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:write", keywords,
+                                     &timeout)) {
+        return -1;
+    }
+    return timeout_to_ns(timeout, ns);
+}
+
+/* ---- binding ---- */
+
+static void
+undo_orphaned_section(void *record)
+{
+    (void)record_recover(record);
+}
+
+void
+bound_lock_init(bound_lock *b, seqlock_t *sl, record_header *record,
+                PyObject *owner, int private_memory)
+{
+    b->sl = sl;
+    b->record = record;
+    b->object = owner;
+    read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
+    b->private.next = b->private.prev = NULL;
+    if (private_memory) {
+        seqlock_track_private(&b->private, sl,
+                              record != NULL ? undo_orphaned_section : NULL,
+                              record);
+    }
+}
+
+void
+bound_lock_fini(bound_lock *b)
+{
+    seqlock_untrack_private(&b->private);
+}
+
+/* ---- waiting ---- */
+
+/* A core wait: 0 when done, else an errno value (ETIMEDOUT: not yet). */
+typedef int (*core_wait)(seqlock_t *sl, int64_t timeout_ns, uint64_t *seq);
+
+/* Slices of at most WAIT_SLICE_NS, detached, until the core says
+ * something other than "not yet" (or a signal handler raises: -1). */
+static int
+wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
+               uint64_t *seq)
+{
+    int err = wait(sl, 0, seq);
+    if (err != ETIMEDOUT || timeout_ns == 0) {
+        return err;
+    }
+    int64_t deadline = timeout_ns < 0 ? -1 : monotonic_ns() + timeout_ns;
+    for (;;) {
+        int64_t slice = WAIT_SLICE_NS;
+        if (deadline >= 0) {
+            int64_t left = deadline - monotonic_ns();
+            if (left <= 0) {
+                return ETIMEDOUT;
+            }
+            slice = left < slice ? left : slice;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        err = wait(sl, slice, seq);
+        Py_END_ALLOW_THREADS
+        if (err != ETIMEDOUT && err != EINTR) {
+            return err;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            return -1;
+        }
+    }
+}
+
+static int
+core_write_lock(seqlock_t *sl, int64_t timeout_ns, uint64_t *unused)
+{
+    (void)unused;
+    return seqlock_write_lock_timed(sl, timeout_ns);
+}
+
+static int
+core_lock_excl(seqlock_t *sl, int64_t timeout_ns, uint64_t *unused)
+{
+    (void)unused;
+    return seqlock_lock_excl_timed(sl, timeout_ns);
+}
+
+static int
+core_read_begin(seqlock_t *sl, int64_t timeout_ns, uint64_t *seq)
+{
+    return seqlock_read_begin_timed(sl, timeout_ns, seq);
+}
+
+#define WRITING_TWICE "this thread already holds the write lock"
+#define READING_WHILE_WRITING \
+    "cannot read while this thread holds the write lock"
+
+/* A core result as a lock_status; EDEADLK becomes RuntimeError(why). */
+static lock_status
+status_of(int err, const char *why)
+{
+    switch (err) {
+    case 0:
+        return LOCK_TAKEN;
+    case EOWNERDEAD:
+        return LOCK_TAKEN_OVER;
+    case ETIMEDOUT:
+        return LOCK_TIMED_OUT;
+    case EDEADLK:
+        PyErr_SetString(PyExc_RuntimeError, why);
+        return LOCK_FAILED;
+    case -1: /* a signal handler raised */
+        return LOCK_FAILED;
+    default:
+        PyErr_Format(PyExc_RuntimeError, "the lock's mutex is unusable: %s",
+                     strerror(err));
+        return LOCK_FAILED;
+    }
+}
+
+/* A SeqLock guards Python objects, which no undo copy can put back: say
+ * that a dead thread's section was taken over. */
+static int
+warn_taken_over(void)
+{
+    return PyErr_WarnEx(PyExc_RuntimeWarning,
+                        "took over a write lock whose owner thread exited "
+                        "without releasing it", 1);
+}
+
+int
+entered_or_timed_out(lock_status taken)
+{
+    if (taken == LOCK_TIMED_OUT) {
+        PyErr_SetString(PyExc_TimeoutError,
+                        "timed out waiting for the write lock");
+    }
+    return taken > 0 ? 0 : -1;
+}
+
+/* ---- write sections ---- */
+
+lock_status
+lock_write(bound_lock *b, int64_t timeout_ns)
+{
+    uint64_t unused;
+    lock_status status = status_of(
+        wait_in_slices(core_write_lock, b->sl, timeout_ns, &unused),
+        WRITING_TWICE);
+    if (status <= LOCK_TIMED_OUT) {
+        return status;
+    }
+    Py_INCREF(b->object);
+    if (b->record != NULL) {
+        if (status == LOCK_TAKEN_OVER) {
+            (void)record_recover(b->record);
+        }
+        record_save_undo(b->record);
+    }
+    else if (status == LOCK_TAKEN_OVER && warn_taken_over() < 0) {
+        (void)unlock_write(b);
+        return LOCK_FAILED;
+    }
+    return status;
+}
+
+/* 0 if the calling thread holds a write section of b, else RuntimeError. */
+static int
+check_write_holder(bound_lock *b)
+{
+    if (!seqlock_held_by_me(b->sl)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        seqlock_is_locked(b->sl)
+                            ? "cannot release a write lock held by another "
+                              "thread"
+                            : "release unlocked lock");
+        return -1;
+    }
+    if (!(seqlock_sequence(b->sl) & 1u)) {
+        /* Held by this thread's locking pass, not a write section. */
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+end_write(bound_lock *b, int rollback)
+{
+    if (check_write_holder(b) < 0) {
+        return -1;
+    }
+    if (b->record != NULL) {
+        if (rollback) {
+            record_rollback(b->record);
+        }
+        record_section_done(b->record);
+    }
+    PyObject *owner = b->object;
+    (void)seqlock_unlock(b->sl); /* closes the section: even, wakes */
+    Py_DECREF(owner);            /* last: it may free b */
+    return 0;
+}
+
+int
+unlock_write(bound_lock *b)
+{
+    return end_write(b, 0);
+}
+
+int
+abort_write(bound_lock *b)
+{
+    return end_write(b, 1);
+}
+
+/* ---- the reader's locking pass, and readers that wait ---- */
+
+lock_status
+lock_excl(bound_lock *b)
+{
+    uint64_t unused;
+    lock_status status = status_of(
+        wait_in_slices(core_lock_excl, b->sl, -1, &unused),
+        READING_WHILE_WRITING);
+    if (status <= LOCK_TIMED_OUT) {
+        return status;
+    }
+    Py_INCREF(b->object);
+    if (status == LOCK_TAKEN_OVER && (seqlock_sequence(b->sl) & 1u)) {
+        /* The dead holder's section: undo it (a record), then close it. */
+        if (b->record != NULL) {
+            (void)record_recover(b->record);
+        }
+        (void)seqlock_close_section(b->sl);
+        if (b->record == NULL && warn_taken_over() < 0) {
+            unlock_excl(b);
+            return LOCK_FAILED;
+        }
+    }
+    return status;
+}
+
+void
+unlock_excl(bound_lock *b)
+{
+    PyObject *owner = b->object;
+    (void)seqlock_unlock(b->sl);
+    Py_DECREF(owner);
+}
+
+int
+begin_read_waiting(bound_lock *b, uint64_t *seq)
+{
+    for (;;) {
+        int err = wait_in_slices(core_read_begin, b->sl, -1, seq);
+        if (err != EOWNERDEAD) {
+            return status_of(err, READING_WHILE_WRITING) == LOCK_TAKEN ? 0
+                                                                      : -1;
+        }
+        if (b->record == NULL) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "the write lock's owner thread exited inside a "
+                            "write section");
+            return -1;
+        }
+        /* Repair the dead writer's section, then read again. */
+        if (lock_excl(b) < 0) {
+            return -1;
+        }
+        unlock_excl(b);
+    }
+}
