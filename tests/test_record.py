@@ -575,6 +575,15 @@ def test_writer_used_from_another_thread_raises_runtime_error(rec):
     assert rec["x"] == 0.0 and rec["n"] == 1
 
 
+def test_writer_dropped_inside_its_section_undoes_it_and_releases_the_lock(rec):
+    w = rec.write()
+    w.__enter__()
+    w.x = 5.0
+    del w  # never exited: the section is undone, not left locked for ever
+    assert not rec.locked() and rec.sequence == 2
+    assert rec["x"] == 0.0
+
+
 def test_write_times_out_while_another_thread_holds_the_lock(rec):
     entered, release = threading.Event(), threading.Event()
 
@@ -775,6 +784,13 @@ def test_attach_rejects_a_different_layout(shm, fields):
 
 def test_attach_rejects_a_buffer_that_holds_no_record(shm):
     with pytest.raises(ValueError, match="no SeqRecord"):
+        SeqRecord.attach(shm.buf, **MIXED)
+
+
+def test_attach_of_a_record_from_an_older_layout_version_names_both(shm):
+    SeqRecord.create(shm.buf, **MIXED)
+    struct.pack_into("=I", shm.buf, 4, 1)  # the version word, as 0.x wrote it
+    with pytest.raises(ValueError, match="layout version 1; .* version 2"):
         SeqRecord.attach(shm.buf, **MIXED)
 
 

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import weakref
 from multiprocessing import shared_memory
 
 import pytest
@@ -125,6 +126,20 @@ def test_sigkilled_writer_is_recovered_by_the_next_writer(shared_record):
 
 
 # ---- resources ----
+
+
+def test_a_held_lock_keeps_its_owner_alive():
+    # The held mutex is linked into the holding thread's robust list: its
+    # memory must not be freed under it.
+    lock = SeqLock()
+    lock.acquire_write()
+    ref = weakref.ref(lock)
+    del lock
+    gc.collect()
+    assert ref() is not None
+    ref().release_write()
+    gc.collect()
+    assert ref() is None
 
 
 def test_seqlock_is_small():
