@@ -107,6 +107,26 @@ def attach_shared_memory(name):
     return shared_memory.SharedMemory(name=name)
 
 
+def map_shared_memory(name):
+    """Map the SharedMemory block ``name`` (/dev/shm/<name>) directly: in a
+    process that multiprocessing did not start (``subprocess``,
+    ``unshare``), no resource tracker of its own then claims the block (and
+    unlinks it at exit); in the test, the map may outlive a failed test's
+    traceback, which SharedMemory.close() would refuse (BufferError)."""
+    import mmap
+
+    fd = os.open(os.path.join("/dev/shm", name.lstrip("/")), os.O_RDWR)
+    try:
+        return mmap.mmap(fd, 0)
+    finally:
+        os.close(fd)
+
+
+def open_shared_record(name, **fields):
+    """Attach to the record in the SharedMemory block ``name``."""
+    return SeqRecord.attach(map_shared_memory(name), **fields)
+
+
 def _report(queue, role, fn):
     """Run fn() in a child and send ("ok", role, result) or ("error",
     role, traceback text) to the parent."""

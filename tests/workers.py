@@ -75,6 +75,38 @@ def run_each(targets, *, timeout=JOIN_TIMEOUT):
     return run_threads(len(targets), lambda i: targets[i](), timeout=timeout)
 
 
+class Call:
+    """``fn(*args)`` running in a daemon thread started at once.
+
+    ``join()`` returns its result or re-raises its exception; a call still
+    running after ``timeout`` seconds raises WorkerError instead of
+    hanging the test.  ``done()`` tells whether it has finished.
+    """
+
+    def __init__(self, fn, *args):
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args):
+        try:
+            self._outcome = (True, fn(*args))
+        except BaseException as exc:  # re-raised by join()
+            self._outcome = (False, exc)
+
+    def done(self):
+        return not self._thread.is_alive()
+
+    def join(self, timeout=JOIN_TIMEOUT):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise WorkerError(f"the call did not return within {timeout} s")
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+
 def stress_seconds(default):
     """How long a stress run lasts: default times SEQLOCK_STRESS_SCALE."""
     return default * float(os.environ.get("SEQLOCK_STRESS_SCALE", "1"))
