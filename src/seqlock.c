@@ -6,8 +6,8 @@
  *
  * Waiting escalates: SPIN_ROUNDS CPU pause hints (a write section is often
  * shorter than a sleep), then YIELD_ROUNDS sched_yield() calls, then sleep.
- * Writers sleep in the mutex, where the kernel wakes one at once if the
- * holder dies (robust futex list).  Readers sleep on a futex on the low
+ * Writers sleep on the mutex word, where an unlock wakes one, and so does
+ * the kernel at once if the holder dies (robust futex list).  Readers sleep on a futex on the low
  * half of the 64-bit count (FUTEX_WAIT, not _PRIVATE, so that a seqlock_t
  * in memory shared between processes works), in naps of at most
  * SEQLOCK_READER_NAP_MS, after each of which they look for the kernel's
@@ -39,6 +39,8 @@ enum {
 };
 #define NS_PER_SEC 1000000000LL
 #define READER_NAP_NS (SEQLOCK_READER_NAP_MS * 1000 * 1000LL)
+/* Writers are woken by the unlock or the kernel; the nap is a safety net. */
+#define WRITER_NAP_NS (100 * 1000 * 1000LL)
 #define INITIALISING 1u
 
 static inline void
@@ -296,13 +298,18 @@ ensure_ready(seqlock_t *sl)
     }
 }
 
+/* glibc keeps the robust futex word, which the kernel marks at the
+ * holder's death and whose FUTEX_WAITERS bit its unlock honours, as the
+ * mutex's first int (the kernel's robust-futex ABI fixes its meaning). */
+#if defined(__GLIBC__) && defined(__linux__)
+#define MUTEX_WORD(sl) (&(sl)->mutex.__data.__lock)
+#endif
+
 int
 seqlock_owner_died(const seqlock_t *sl)
 {
-#if defined(__GLIBC__) && defined(__linux__)
-    /* glibc keeps the robust futex word, which the kernel marks at the
-     * holder's death, as the mutex's first int. */
-    int word = __atomic_load_n(&sl->mutex.__data.__lock, __ATOMIC_RELAXED);
+#ifdef MUTEX_WORD
+    int word = __atomic_load_n(MUTEX_WORD(sl), __ATOMIC_RELAXED);
     return (word & FUTEX_OWNER_DIED) != 0;
 #else
     (void)sl;
@@ -310,22 +317,60 @@ seqlock_owner_died(const seqlock_t *sl)
 #endif
 }
 
-static int
-timed_lock(pthread_mutex_t *m, int64_t deadline)
+/*
+ * Why writers do not sleep inside pthread_mutex_lock(): while a thread
+ * blocks there, glibc names the mutex as its robust list's pending
+ * operation, and should the thread die waiting, the kernel marks the
+ * mutex FUTEX_OWNER_DIED if the word holds the dying thread's id.  In
+ * another PID namespace a live holder can have that very id (two
+ * containers' pid 1), and its lock would be taken over.  So the lock is
+ * only ever taken by trylock (pending for the few instructions of a CAS),
+ * and a writer sleeps on the mutex word itself with FUTEX_WAIT, after
+ * setting FUTEX_WAITERS as glibc's own waiters do: the holder's unlock
+ * and the kernel at the holder's death both wake one such sleeper.
+ */
+
+/* Sleep until the mutex word changes (an unlock, the holder's death), at
+ * most nap_ns.  Without glibc's word, just nap (at most 1 ms). */
+static void
+sleep_on_mutex(seqlock_t *sl, int64_t nap_ns)
 {
-#if defined(__GLIBC__) \
-    && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
-    struct timespec abs = timespec_of(deadline);
-    return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &abs);
+#ifdef MUTEX_WORD
+    int *word = MUTEX_WORD(sl);
+    int seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+    if (seen == 0 || (seen & FUTEX_OWNER_DIED)) {
+        return; /* free, or its holder died: try again at once */
+    }
+    if (!(seen & FUTEX_WAITERS)) {
+        if (!__atomic_compare_exchange_n(word, &seen, seen | FUTEX_WAITERS,
+                                         0, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED)) {
+            return; /* it changed: try again */
+        }
+        seen |= FUTEX_WAITERS;
+    }
+    struct timespec ts = timespec_of(nap_ns);
+    (void)syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
 #else
-    int64_t left = deadline - monotonic_ns();
-    struct timespec abs = timespec_of(clock_ns(CLOCK_REALTIME)
-                                      + (left > 0 ? left : 0));
-    return pthread_mutex_timedlock(m, &abs);
+    struct timespec ts = timespec_of(nap_ns < 1000000 ? nap_ns : 1000000);
+    (void)nanosleep(&ts, NULL);
 #endif
 }
 
-/* Lock the mutex within timeout_ns: spin, yield, then sleep in it.
+/* A writer that slept and then took the lock keeps FUTEX_WAITERS set, as
+ * glibc's own lock does: another sleeper may remain, and the unlock must
+ * wake it (a trylock winner writes its bare id). */
+static void
+keep_waiters_flag(seqlock_t *sl)
+{
+#ifdef MUTEX_WORD
+    __atomic_fetch_or(MUTEX_WORD(sl), FUTEX_WAITERS, __ATOMIC_RELAXED);
+#else
+    (void)sl;
+#endif
+}
+
+/* Lock the mutex within timeout_ns: spin, yield, then sleep on its word.
  * Returns 0, EOWNERDEAD, ETIMEDOUT or another pthread error. */
 static int
 take_mutex(seqlock_t *sl, int64_t timeout_ns)
@@ -338,28 +383,38 @@ take_mutex(seqlock_t *sl, int64_t timeout_ns)
         return ETIMEDOUT;
     }
     int64_t deadline = deadline_after(timeout_ns);
-    for (unsigned round = 0; round < SPIN_ROUNDS + YIELD_ROUNDS; round++) {
+    for (unsigned round = 0;; round++) {
         if (round < SPIN_ROUNDS) {
             cpu_relax();
             /* Try only once the holder is leaving: spinning CASes would
-             * bounce the lock's cache line under its owner's feet. */
+             * bounce the lock's cache line under its holder's feet. */
             if (atomic_load_explicit(&sl->holder, memory_order_relaxed)) {
                 continue;
             }
         }
-        else {
+        else if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
             sched_yield();
+        }
+        else {
+            int64_t nap = next_nap_ns(deadline, WRITER_NAP_NS);
+            if (nap == 0) {
+                return ETIMEDOUT;
+            }
+            sleep_on_mutex(sl, nap);
         }
         err = pthread_mutex_trylock(&sl->mutex);
         if (err != EBUSY) {
+            if ((err == 0 || err == EOWNERDEAD)
+                && round >= SPIN_ROUNDS + YIELD_ROUNDS) {
+                keep_waiters_flag(sl);
+            }
             return err;
         }
-        if (deadline >= 0 && round % 16 == 15 && monotonic_ns() >= deadline) {
+        if (deadline >= 0 && round < SPIN_ROUNDS + YIELD_ROUNDS
+            && round % 16 == 15 && monotonic_ns() >= deadline) {
             return ETIMEDOUT;
         }
     }
-    return deadline < 0 ? pthread_mutex_lock(&sl->mutex)
-                        : timed_lock(&sl->mutex, deadline);
 }
 
 int
