@@ -358,8 +358,24 @@ take_mutex(seqlock_t *sl, int64_t timeout_ns)
             return ETIMEDOUT;
         }
     }
-    return deadline < 0 ? pthread_mutex_lock(&sl->mutex)
-                        : timed_lock(&sl->mutex, deadline);
+    if (deadline < 0) {
+        return pthread_mutex_lock(&sl->mutex);
+    }
+    err = timed_lock(&sl->mutex, deadline);
+    if (err != 0 && err != EOWNERDEAD) {
+        /* glibc leaves a robust lock that timed out as the thread's
+         * pending robust-list operation until its next robust-mutex call.
+         * Should the thread exit first, the kernel takes it for a lock it
+         * died taking and marks the mutex FUTEX_OWNER_DIED if the word
+         * holds the exiting thread's id, which a live holder in another
+         * PID namespace can share: it would be taken over.  A trylock ends
+         * the pending operation (and takes a lock that just came free). */
+        int last = pthread_mutex_trylock(&sl->mutex);
+        if (last == 0 || last == EOWNERDEAD) {
+            return last;
+        }
+    }
+    return err;
 }
 
 int
