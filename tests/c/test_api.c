@@ -2155,6 +2155,7 @@ static void
 try_to_unlock_the_other_pid_1s_lock(void *arg)
 {
     struct shared_record *rec = arg;
+    CHECK(getpid() == 1);
     int held = await_step(rec, 1);
     int closed = seqlock_close_section(&rec->lock);
     int unlocked = seqlock_unlock(&rec->lock);
