@@ -9,17 +9,17 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-C_LINE = re.compile(r"^(\d+) passed, (\d+) failed", re.M)
+C_LINE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?", re.M)
 
 
 def main(reports: Path) -> int:
     passed = failed = skipped = 0
     for log in sorted(reports.glob("c-*.log")):
-        p = f = 0
+        p = f = s = 0
         for m in C_LINE.finditer(log.read_text()):
-            p, f = p + int(m[1]), f + int(m[2])
-        print(f"{log.stem}: {p} passed, {f} failed")
-        passed, failed = passed + p, failed + f
+            p, f, s = p + int(m[1]), f + int(m[2]), s + int(m[3] or 0)
+        print(f"{log.stem}: {p} passed, {f} failed, {s} skipped")
+        passed, failed, skipped = passed + p, failed + f, skipped + s
     for xml in sorted(reports.glob("pytest-*.xml")):
         suite = ET.parse(xml).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")

@@ -14,14 +14,29 @@
  * The count of copies that read_seqretry() rejected AND that really were
  * inconsistent shows that the run exercised tearing at all.
  *
+ * A second phase, as long again, kills writers mid-section: one writer
+ * process at a time updates a record in shared memory (record.h: an undo
+ * copy of the data is saved before each change), word by word; it
+ * SIGKILLs itself after a random word of one of its first sections, or
+ * the main thread SIGKILLs it at a random moment, and starts the next, whose
+ * seqlock_write_lock_timed() hears EOWNERDEAD, puts the undo copy back
+ * (record_recover()) and closes that section before its own writes.  Reader threads check every
+ * snapshot they accept, as above; one told EOWNERDEAD waits for the repair.
+ * Also checked: some sections were recovered, and the record ends well
+ * formed, with a no less than the writes known to have completed.
+ *
  * usage: stress [seconds [readers]]   (defaults: 1 second, 4 readers)
  */
 #define _GNU_SOURCE
+#include "record.h"
 #include "seqlock.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +50,8 @@ static pthread_barrier_t start_line;
 
 struct reader {
     pthread_t thread;
+    record_header *rec;     /* phase 2's record (NULL in phase 1) */
+    uint64_t dead_waits;    /* phase 2: reads begun during a dead section */
     uint64_t reads;         /* snapshots accepted */
     uint64_t retries;       /* copies rejected by read_seqretry() */
     uint64_t torn_rejected; /* rejected copies that were in fact torn */
@@ -66,6 +83,28 @@ well_formed(const uint64_t r[WORDS])
     return 1;
 }
 
+/* Check a snapshot the reader accepted; *last_a is the previous one's a. */
+static void
+accept_snapshot(struct reader *rd, const uint64_t snap[WORDS],
+                uint64_t *last_a)
+{
+    rd->reads++;
+    if (!well_formed(snap)) {
+        rd->torn++;
+    }
+    if (snap[0] < *last_a) {
+        rd->backwards++;
+    }
+    *last_a = snap[0];
+}
+
+static void
+reject_snapshot(struct reader *rd, const uint64_t snap[WORDS])
+{
+    rd->retries++;
+    rd->torn_rejected += !well_formed(snap);
+}
+
 static void *
 reader_main(void *arg)
 {
@@ -81,17 +120,9 @@ reader_main(void *arg)
             if (!read_seqretry(&lock, seq)) {
                 break;
             }
-            rd->retries++;
-            rd->torn_rejected += !well_formed(snap);
+            reject_snapshot(rd, snap);
         }
-        rd->reads++;
-        if (!well_formed(snap)) {
-            rd->torn++;
-        }
-        if (snap[0] < last_a) {
-            rd->backwards++;
-        }
-        last_a = snap[0];
+        accept_snapshot(rd, snap, &last_a);
     }
     return NULL;
 }
@@ -119,19 +150,59 @@ writer_main(void *arg)
     return NULL;
 }
 
-int
-main(int argc, char **argv)
+static void
+sleep_seconds(double seconds)
 {
-    double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-    int nreaders = argc > 2 ? atoi(argv[2]) : 4;
-    if (argc > 3 || seconds <= 0 || nreaders < 1 || nreaders > MAX_READERS) {
-        fprintf(stderr, "usage: %s [seconds [readers (1..%d)]]\n", argv[0],
-                MAX_READERS);
-        return 2;
+    struct timespec run = {(time_t)seconds,
+                           (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&run, &run) != 0) {
     }
-    /* A deadlock must fail the run, not hang it. */
-    alarm((unsigned)seconds + 60);
+}
 
+/* Join the readers and add up their counts. */
+static struct reader
+join_readers(struct reader *readers, int nreaders)
+{
+    struct reader sum = {0};
+    for (int i = 0; i < nreaders; i++) {
+        pthread_join(readers[i].thread, NULL);
+        sum.dead_waits += readers[i].dead_waits;
+        sum.reads += readers[i].reads;
+        sum.retries += readers[i].retries;
+        sum.torn_rejected += readers[i].torn_rejected;
+        sum.torn += readers[i].torn;
+        sum.backwards += readers[i].backwards;
+    }
+    return sum;
+}
+
+/* The failures every phase checks; returns nonzero if any. */
+static int
+readers_failed(const char *phase, const struct reader *sum)
+{
+    int failed = 0;
+    if (sum->torn) {
+        fprintf(stderr, "%s: FAIL: %llu torn snapshots accepted\n", phase,
+                (unsigned long long)sum->torn);
+        failed = 1;
+    }
+    if (sum->backwards) {
+        fprintf(stderr, "%s: FAIL: %llu snapshots went backwards\n", phase,
+                (unsigned long long)sum->backwards);
+        failed = 1;
+    }
+    if (sum->reads == 0) {
+        fprintf(stderr, "%s: FAIL: no reader got a snapshot through\n",
+                phase);
+        failed = 1;
+    }
+    return failed;
+}
+
+/* Phase 1: writer and reader threads on a process-private lock. */
+static int
+run_threads(double seconds, int nreaders)
+{
     uint64_t initial[WORDS];
     make_record(initial, 0);
     seqlock_write_copy(record, initial, sizeof initial);
@@ -143,32 +214,21 @@ main(int argc, char **argv)
         if (pthread_create(&readers[i].thread, NULL, reader_main,
                            &readers[i]) != 0) {
             perror("pthread_create");
-            return 1;
+            exit(1);
         }
     }
     for (int i = 0; i < WRITERS; i++) {
         if (pthread_create(&writers[i].thread, NULL, writer_main,
                            &writers[i]) != 0) {
             perror("pthread_create");
-            return 1;
+            exit(1);
         }
     }
     pthread_barrier_wait(&start_line);
-    struct timespec run = {(time_t)seconds,
-                           (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    while (nanosleep(&run, &run) != 0) {
-    }
+    sleep_seconds(seconds);
     atomic_store(&stop, 1);
 
-    struct reader sum = {0};
-    for (int i = 0; i < nreaders; i++) {
-        pthread_join(readers[i].thread, NULL);
-        sum.reads += readers[i].reads;
-        sum.retries += readers[i].retries;
-        sum.torn_rejected += readers[i].torn_rejected;
-        sum.torn += readers[i].torn;
-        sum.backwards += readers[i].backwards;
-    }
+    struct reader sum = join_readers(readers, nreaders);
     uint64_t writes = 0;
     int idle_writer = 0;
     for (int i = 0; i < WRITERS; i++) {
@@ -193,17 +253,7 @@ main(int argc, char **argv)
            (unsigned long long)sum.torn_rejected,
            (unsigned long long)sum.backwards, nreaders, seconds);
 
-    int failed = 0;
-    if (sum.torn) {
-        fprintf(stderr, "stress: FAIL: %llu torn snapshots accepted\n",
-                (unsigned long long)sum.torn);
-        failed = 1;
-    }
-    if (sum.backwards) {
-        fprintf(stderr, "stress: FAIL: %llu snapshots went backwards\n",
-                (unsigned long long)sum.backwards);
-        failed = 1;
-    }
+    int failed = readers_failed("stress", &sum);
     if (lost_update) {
         fprintf(stderr, "stress: FAIL: record says a=%llu after %llu writes\n",
                 (unsigned long long)final[0], (unsigned long long)writes);
@@ -213,10 +263,242 @@ main(int argc, char **argv)
         fprintf(stderr, "stress: FAIL: a writer made no progress\n");
         failed = 1;
     }
-    if (sum.reads == 0) {
-        fprintf(stderr, "stress: FAIL: no reader got a snapshot through\n");
+    return failed;
+}
+
+/* ---- phase 2: writer processes killed mid-section ---- */
+
+#define LAYOUT "a:8Q"
+
+/* The shared mapping: this control block, then the record. */
+struct killed_run {
+    _Atomic uint64_t sections; /* write sections known to have completed */
+    char pad[RECORD_ALIGN - sizeof(uint64_t)];
+};
+
+static record_header *
+record_of(struct killed_run *run)
+{
+    return (record_header *)(run + 1);
+}
+
+static void
+nap_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* A writer process: write a+1 word by word, yielding between words; it
+ * dies by its own SIGKILL after the die_at-th word it writes.  A dead
+ * writer's section it finds is recovered and closed on its own first, so
+ * that readers see (and check) the data put back from the undo copy. */
+static _Noreturn void
+write_until_killed(struct killed_run *run, unsigned die_at)
+{
+    record_header *h = record_of(run);
+    seqlock_word_t *data = record_data(h);
+    for (;;) {
+        int err = seqlock_write_lock_timed(&h->lock, -1);
+        if (err == EOWNERDEAD) {
+            record_recover(h);
+            write_sequnlock(&h->lock);
+            continue;
+        }
+        if (err != 0) {
+            _exit(3);
+        }
+        record_save_undo(h);
+        uint64_t cur[WORDS], next[WORDS];
+        seqlock_read_copy(cur, data, sizeof cur);
+        make_record(next, cur[0] + 1);
+        for (int i = 0; i < WORDS; i++) {
+            seqlock_write_copy(&data[i], &next[i], sizeof next[i]);
+            if (die_at-- == 0) {
+                kill(getpid(), SIGKILL);
+            }
+            sched_yield();
+        }
+        record_section_done(h);
+        write_sequnlock(&h->lock);
+        atomic_fetch_add(&run->sections, 1);
+    }
+}
+
+/* A reader of the record: one told EOWNERDEAD waits for the next writer
+ * to repair the dead one's section. */
+static void *
+record_reader_main(void *arg)
+{
+    struct reader *rd = arg;
+    seqlock_t *sl = &rd->rec->lock;
+    seqlock_word_t *data = record_data(rd->rec);
+    uint64_t last_a = 0;
+    pthread_barrier_wait(&start_line);
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        uint64_t snap[WORDS], seq;
+        for (;;) {
+            int err = seqlock_read_begin_timed(sl, -1, &seq);
+            if (err == EOWNERDEAD) {
+                rd->dead_waits++;
+                nap_us(100);
+                continue;
+            }
+            seqlock_read_copy(snap, data, sizeof snap);
+            if (err == 0 && !seqlock_read_retry(sl, seq)) {
+                break;
+            }
+            reject_snapshot(rd, snap);
+        }
+        accept_snapshot(rd, snap, &last_a);
+    }
+    return NULL;
+}
+
+/* Start a writer process that will kill itself within its first four
+ * sections; unless it is dead by then, kill it at a random moment within
+ * half a millisecond of its first complete section. */
+static int
+kill_a_writer(struct killed_run *run, unsigned *seed)
+{
+    uint64_t before = atomic_load(&run->sections);
+    unsigned die_at = (unsigned)rand_r(seed) % (4 * WORDS);
+    pid_t pid = fork();
+    if (pid < 0) {
+        return 0;
+    }
+    if (pid == 0) {
+        write_until_killed(run, die_at);
+    }
+    for (int i = 0; i < 50000 && atomic_load(&run->sections) == before;
+         i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            return 1;
+        }
+        nap_us(20);
+    }
+    nap_us((long)(rand_r(seed) % 500));
+    kill(pid, SIGKILL);
+    return waitpid(pid, NULL, 0) == pid;
+}
+
+/* Phase 2: take the lock as the last writer would, repairing if need be;
+ * the record as it then stands goes to *final. */
+static int
+repair_and_read(record_header *h, uint64_t final[WORDS])
+{
+    int err = seqlock_write_lock_timed(&h->lock, 5LL * 1000 * 1000 * 1000);
+    if (err == EOWNERDEAD) {
+        record_recover(h);
+    }
+    else if (err != 0) {
+        return 0;
+    }
+    seqlock_read_copy(final, record_data(h), WORDS * sizeof final[0]);
+    write_sequnlock(&h->lock);
+    return 1;
+}
+
+static int
+run_killed_writers(double seconds, int nreaders)
+{
+    size_t size = sizeof(struct killed_run)
+                  + record_size(sizeof LAYOUT - 1, WORDS * sizeof(uint64_t));
+    struct killed_run *run = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (run == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    record_header *h = record_of(run);
+    if (record_init(h, LAYOUT, sizeof LAYOUT - 1, WORDS * sizeof(uint64_t))
+        != 0) {
+        fprintf(stderr, "record_init failed\n");
+        exit(1);
+    }
+    uint64_t initial[WORDS];
+    make_record(initial, 0);
+    seqlock_write_copy(record_data(h), initial, sizeof initial);
+
+    static struct reader readers[MAX_READERS];
+    atomic_store(&stop, 0);
+    pthread_barrier_init(&start_line, NULL, (unsigned)(nreaders + 1));
+    for (int i = 0; i < nreaders; i++) {
+        readers[i].rec = h;
+        if (pthread_create(&readers[i].thread, NULL, record_reader_main,
+                           &readers[i]) != 0) {
+            perror("pthread_create");
+            exit(1);
+        }
+    }
+    pthread_barrier_wait(&start_line);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned seed = (unsigned)getpid();
+    uint64_t kills = 0;
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec)
+                + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 >= seconds) {
+            break;
+        }
+        if (!kill_a_writer(run, &seed)) {
+            perror("fork");
+            exit(1);
+        }
+        kills++;
+    }
+    uint64_t final[WORDS];
+    int repaired = repair_and_read(h, final);
+    atomic_store(&stop, 1);
+    struct reader sum = join_readers(readers, nreaders);
+    pthread_barrier_destroy(&start_line);
+    uint64_t sections = atomic_load(&run->sections);
+    uint32_t recoveries = atomic_load(&h->recoveries);
+
+    printf("stress (killed writers): reads=%llu retries=%llu "
+           "dead_waits=%llu kills=%llu recoveries=%u sections>=%llu "
+           "torn=%llu torn_rejected=%llu backwards=%llu readers=%d\n",
+           (unsigned long long)sum.reads, (unsigned long long)sum.retries,
+           (unsigned long long)sum.dead_waits, (unsigned long long)kills,
+           (unsigned)recoveries, (unsigned long long)sections,
+           (unsigned long long)sum.torn,
+           (unsigned long long)sum.torn_rejected,
+           (unsigned long long)sum.backwards, nreaders);
+
+    int failed = readers_failed("stress (killed writers)", &sum);
+    if (!repaired || !well_formed(final) || final[0] < sections) {
+        fprintf(stderr, "stress (killed writers): FAIL: record says a=%llu "
+                "after at least %llu sections%s\n",
+                (unsigned long long)final[0], (unsigned long long)sections,
+                repaired ? "" : " (no final repair)");
         failed = 1;
     }
-    printf("%d passed, %d failed\n", !failed, failed);
+    if (recoveries == 0) {
+        fprintf(stderr, "stress (killed writers): FAIL: no section was "
+                "recovered in %llu kills\n", (unsigned long long)kills);
+        failed = 1;
+    }
+    munmap(run, size);
     return failed;
+}
+
+int
+main(int argc, char **argv)
+{
+    double seconds = argc > 1 ? atof(argv[1]) : 1.0;
+    int nreaders = argc > 2 ? atoi(argv[2]) : 4;
+    if (argc > 3 || seconds <= 0 || nreaders < 1 || nreaders > MAX_READERS) {
+        fprintf(stderr, "usage: %s [seconds [readers (1..%d)]]\n", argv[0],
+                MAX_READERS);
+        return 2;
+    }
+    /* A deadlock must fail the run, not hang it. */
+    alarm((unsigned)(2 * seconds) + 60);
+
+    int failed = run_threads(seconds, nreaders);
+    failed += run_killed_writers(seconds, nreaders);
+    printf("%d passed, %d failed\n", 2 - failed, failed);
+    return failed != 0;
 }
