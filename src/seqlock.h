@@ -46,6 +46,11 @@
  * process, exited thread) the kernel itself marks the word FUTEX_OWNER_DIED
  * and wakes a waiting writer, whatever PID namespace either lives in and
  * however soon its thread id is reused; the next taker hears EOWNERDEAD.
+ * The mutex is only ever taken by trylock, and writers sleep on its word
+ * (FUTEX_WAIT) rather than inside pthread_mutex_lock(): a thread that dies
+ * asleep there is taken by the kernel for one that died taking the lock,
+ * and marks it dead if its id equals the holder's, as pid 1 of one PID
+ * namespace does pid 1 of another (seqlock.c, above sleep_on_mutex()).
  * "Is this lock mine?" is answered by a 64-bit random token per thread
  * (new in a fork's child), stored beside the mutex by its holder; thread
  * ids, which mean something only in one PID namespace, are never compared.
@@ -145,7 +150,8 @@ void seqlock_destroy(seqlock_t *sl);
  * seqlock_self - the calling thread's token: nonzero, 64 random bits
  * Stable for the thread's life; a fork's child gets a new one.  Tokens
  * are compared across processes and PID namespaces, where thread ids are
- * not identities.  Async-signal-safe.
+ * not identities.  A thread's first call sets up fork handling (not
+ * async-signal-safe); readers' paths never make it.
  */
 uint64_t seqlock_self(void);
 
