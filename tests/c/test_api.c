@@ -1,5 +1,6 @@
 /*
- * test_api.c - one test per documented behaviour of src/seqlock.h
+ * test_api.c - one test per documented behaviour of src/seqlock.h (and of
+ * record.h's recovery of a dead writer's section)
  *
  * Each test_* function checks one promise from the header's comments; the
  * "regressions" sections check what an earlier core got wrong (thread ids
@@ -24,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "seqlock.h"
+#include "record.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -2790,6 +2792,65 @@ test_dead_locking_pass_gives_the_next_writer_eownerdead_and_an_even_count(void)
     CHECK(inside == 1); /* the writer's own section, from the even count */
 }
 
+/* ==== record.h: undoing a dead writer's section ==== */
+
+/* A record of one 8-byte field holding 1, with a section left in `state`
+ * after storing 2 (as a writer that died there would leave it). */
+static record_header *
+record_left_in(enum record_undo_state state)
+{
+    static const char layout[] = "x:q";
+    size_t size = record_size(sizeof layout - 1, 8);
+    record_header *h = aligned_alloc(64, record_round_up(size, 64));
+    if (h == NULL || record_init(h, layout, sizeof layout - 1, 8) != 0) {
+        free(h);
+        return NULL;
+    }
+    uint64_t one = 1, two = 2;
+    seqlock_write_copy(record_data(h), &one, sizeof one);
+    record_save_undo(h);
+    seqlock_write_copy(record_data(h), &two, sizeof two);
+    atomic_store(&h->undo_state, state);
+    return h;
+}
+
+static uint64_t
+record_value(record_header *h)
+{
+    uint64_t v;
+    seqlock_read_copy(&v, record_data(h), sizeof v);
+    return v;
+}
+
+static void
+test_record_recover_puts_back_a_saved_undo_copy_and_counts_it(void)
+{
+    record_header *h = record_left_in(UNDO_SAVED);
+    CHECK(h != NULL);
+    int undone = record_recover(h);
+    uint64_t value = record_value(h);
+    uint32_t recoveries = atomic_load(&h->recoveries);
+    free(h);
+    CHECK(undone == 1 && value == 1 && recoveries == 1);
+}
+
+static void
+test_record_recover_counts_nothing_when_no_section_had_begun(void)
+{
+    /* A locking pass's holder died (IDLE), or a writer died while saving
+     * its undo copy (SAVING: the data were not yet touched). */
+    enum record_undo_state states[] = {UNDO_IDLE, UNDO_SAVING};
+    for (size_t i = 0; i < 2; i++) {
+        record_header *h = record_left_in(states[i]);
+        CHECK(h != NULL);
+        int undone = record_recover(h);
+        uint32_t recoveries = atomic_load(&h->recoveries);
+        uint32_t state = atomic_load(&h->undo_state);
+        free(h);
+        CHECK(undone == 0 && recoveries == 0 && state == UNDO_IDLE);
+    }
+}
+
 /* ==== runner ==== */
 
 enum { PLAIN = 0, FORKS_OR_SIGNALS = 1 };
@@ -2895,6 +2956,9 @@ static const struct test tests[] = {
          FORKS_OR_SIGNALS),
     TEST(test_reader_in_another_pid_namespace_accepts_no_torn_snapshot,
          FORKS_OR_SIGNALS),
+    TEST(test_record_recover_puts_back_a_saved_undo_copy_and_counts_it,
+         PLAIN),
+    TEST(test_record_recover_counts_nothing_when_no_section_had_begun, PLAIN),
     TEST(test_waiter_with_the_holders_id_killed_asleep_leaves_the_lock_alive,
          FORKS_OR_SIGNALS),
     TEST(test_pid_1_of_another_namespace_does_not_take_pid_1s_lock,
