@@ -480,6 +480,140 @@ seqlock_held_by_me(const seqlock_t *sl)
            == seqlock_self();
 }
 
+/* ---- latches: readers that never wait (Linux's seqcount_latch_t) ---- */
+
+/*
+ * A latch keeps two copies of the data, data[0] and data[1], and a count
+ * whose lowest bit says which copy readers use: the writer (serialised by
+ * the caller, e.g. by a seqlock's lock word) only ever modifies the copy
+ * readers have been sent away from, so a reader always finds a complete
+ * copy and never waits, even for a writer that stopped or died:
+ *
+ *     write_seqcount_latch_begin(&latch);    readers -> data[1]
+ *     modify(data[0]);
+ *     write_seqcount_latch(&latch);          readers -> data[0]
+ *     modify(data[1]);
+ *     write_seqcount_latch_end(&latch);
+ *
+ *     do {
+ *         seq = read_seqcount_latch(&latch);
+ *         copy(data[seq & 1]);
+ *     } while (read_seqcount_latch_retry(&latch, seq));
+ *
+ * A reader retries only when the writer switched copies under it.  The
+ * count is odd while data[0] is being modified.  Memory order: each switch
+ * is a release fence, the increment, a release fence.  The first orders the
+ * stores to the copy readers are sent to before the increment (a reader
+ * whose acquire load sees the new count sees them); the second orders the
+ * increment before the stores to the copy readers were sent from (a reader
+ * whose copy saw any of those stores sees the new count on its re-check,
+ * after its acquire fence).  Copies go through seqlock_word_t atomics.
+ */
+typedef struct {
+    _Atomic uint64_t sequence;
+} seqcount_latch_t;
+
+#define SEQCNT_LATCH_ZERO(name) {.sequence = 0}
+
+/** seqcount_latch_init - a latch whose readers use data[0] */
+static inline void
+seqcount_latch_init(seqcount_latch_t *s)
+{
+    atomic_init(&s->sequence, 0);
+}
+
+/**
+ * raw_read_seqcount_latch - the count; (count & 1) picks the copy to read
+ * The acquire load orders the caller's loads of that copy after it (the
+ * kernel relies on the dependent load; C11 needs acquire).
+ */
+static inline unsigned
+raw_read_seqcount_latch(const seqcount_latch_t *s)
+{
+    return (unsigned)atomic_load_explicit(&s->sequence, memory_order_acquire);
+}
+
+/** read_seqcount_latch - as raw_read_seqcount_latch() */
+static inline unsigned
+read_seqcount_latch(const seqcount_latch_t *s)
+{
+    return raw_read_seqcount_latch(s);
+}
+
+/**
+ * raw_read_seqcount_latch_retry - end a latch read
+ * Returns: nonzero if the writer switched copies since start (the copy may
+ * be torn: read again).  The acquire fence orders the caller's loads of the
+ * copy before the re-load of the count.
+ */
+static inline int
+raw_read_seqcount_latch_retry(const seqcount_latch_t *s, unsigned start)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return (unsigned)atomic_load_explicit(&s->sequence, memory_order_relaxed)
+           != start;
+}
+
+/** read_seqcount_latch_retry - as raw_read_seqcount_latch_retry() */
+static inline int
+read_seqcount_latch_retry(const seqcount_latch_t *s, unsigned start)
+{
+    return raw_read_seqcount_latch_retry(s, start);
+}
+
+/* The same with the whole 64-bit count, for a reader that may pause
+ * across 2^32 switches. */
+static inline uint64_t
+seqcount_latch_read64(const seqcount_latch_t *s)
+{
+    return atomic_load_explicit(&s->sequence, memory_order_acquire);
+}
+
+static inline int
+seqcount_latch_retry64(const seqcount_latch_t *s, uint64_t start)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&s->sequence, memory_order_relaxed) != start;
+}
+
+/**
+ * raw_write_seqcount_latch - send readers to the other copy
+ * The caller serialises writers.  Release fence, increment, release fence:
+ * see above.
+ */
+static inline void
+raw_write_seqcount_latch(seqcount_latch_t *s)
+{
+    atomic_thread_fence(memory_order_release);
+    uint64_t seq = atomic_load_explicit(&s->sequence, memory_order_relaxed);
+    atomic_store_explicit(&s->sequence, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+/** write_seqcount_latch_begin - send readers to data[1] before modifying
+ * data[0] (the count becomes odd) */
+static inline void
+write_seqcount_latch_begin(seqcount_latch_t *s)
+{
+    raw_write_seqcount_latch(s);
+}
+
+/** write_seqcount_latch - send readers back to data[0] before modifying
+ * data[1] (the count becomes even) */
+static inline void
+write_seqcount_latch(seqcount_latch_t *s)
+{
+    raw_write_seqcount_latch(s);
+}
+
+/** write_seqcount_latch_end - end the update (the kernel's sanitizer hook;
+ * nothing to do here) */
+static inline void
+write_seqcount_latch_end(seqcount_latch_t *s)
+{
+    (void)s;
+}
+
 /* ---- signal-masking variants (the kernel's interrupt variants) ---- */
 
 #define write_seqlock_irqsave(sl, flags) \
