@@ -69,7 +69,7 @@ _Value = Any
 
 @final
 class SeqRecord:
-    """Numeric fields held in C inside a seqlock, with lock-free snapshots."""
+    """Numeric fields held in C as a latch: snapshots never wait for a writer."""
 
     def __new__(cls, **fields: str) -> SeqRecord: ...
     @classmethod
@@ -92,7 +92,7 @@ class SeqRecord:
         """Bytes in a snapshot: struct.calcsize(self.format)."""
     @property
     def sequence(self) -> int:
-        """Even while no writer is active; +2 per completed write."""
+        """Odd while a write section is open; +2 per section (also a rolled-back one)."""
     max_retries: int
     """Overlapped copies a read retries lock-free before it locks writers out once."""
     @property
@@ -101,14 +101,14 @@ class SeqRecord:
     def read_fallbacks(self) -> int: ...
     @property
     def recoveries(self) -> int:
-        """Write sections undone because their writer died inside them."""
+        """Write sections discarded because their writer died inside them."""
     def locked(self) -> bool: ...
     def read(self) -> tuple[_Value, ...]:
-        """One consistent snapshot, fields in order."""
+        """One consistent snapshot, fields in order; never waits for a writer."""
     def read_dict(self) -> dict[str, _Value]:
         """One consistent snapshot as a dict."""
     def read_into(self, buffer: Buffer, /) -> int:
-        """Copy a snapshot into buffer (layout: self.format); return its sequence."""
+        """Copy a snapshot into buffer (layout: self.format); return its (even) sequence."""
     def __getitem__(self, name: str, /) -> _Value: ...
     def get(self, name: str, default: Any = None, /) -> _Value:
         """One field's consistent value, or default for an unknown name."""

@@ -109,8 +109,8 @@ int max_retries_from_object(PyObject *value);
 /* A seqlock as a Python object holds it.  Both types embed one. */
 typedef struct {
     seqlock_t *sl;
-    record_header *record; /* its undo copy repairs a dead holder's
-                              section; NULL for a SeqLock */
+    record_header *record; /* a record kept as a latch (record.h): its
+                              readers never wait; NULL for a SeqLock */
     PyObject *object;      /* the owner (borrowed): a thread of this
                               process holding the lock keeps it alive */
     read_budget budget;
@@ -123,7 +123,7 @@ typedef enum {
     LOCK_TIMED_OUT = 0,
     LOCK_TAKEN = 1,
     LOCK_TAKEN_OVER = 2, /* from a holder that died: a record's section
-                            was undone; a SeqLock's is the caller's now */
+                            was discarded; a SeqLock's is the caller's */
 } lock_status;
 
 /* Bind sl to its owner.  private_memory: sl lives in memory no other
@@ -135,13 +135,14 @@ void bound_lock_fini(bound_lock *b);
 
 /* Open a write section within timeout_ns (-1: for ever): try, then wait
  * detached from the interpreter in slices, running signal handlers between
- * them.  A record's section saves its undo copy.  RuntimeError if this
- * thread holds the lock already. */
+ * them.  A record's section changes copy 0 while readers read copy 1.
+ * RuntimeError if this thread holds the lock already. */
 lock_status lock_write(bound_lock *b, int64_t timeout_ns);
 
 /* Close the write section the calling thread holds and release the lock
- * (a record's changes stand).  0, or -1 with RuntimeError if it holds none
- * (not the holder, or a locking pass rather than a write section). */
+ * (a record's changes become visible together).  0, or -1 with
+ * RuntimeError if it holds none (not the holder, or a locking pass rather
+ * than a write section). */
 int unlock_write(bound_lock *b);
 
 /* As unlock_write(), first putting a record back as the section found
@@ -150,13 +151,14 @@ int abort_write(bound_lock *b);
 
 /* Take the lock word for a reader's locking pass (read_seqlock_excl): the
  * sequence stays even, so lock-free readers carry on.  A dead holder's
- * section is undone (a record) and closed first.  Waits for ever. */
+ * section is discarded (a record) and closed first.  Waits for ever. */
 lock_status lock_excl(bound_lock *b);
 void unlock_excl(bound_lock *b);
 
-/* The slow half of begin_read(): wait detached until no writer is active.
- * A record whose writer died is repaired on the way; for a SeqLock that
- * is RuntimeError (its Python objects cannot be put back).  0 or -1. */
+/* The slow half of begin_read() (a SeqLock's readers; a record's never
+ * wait): wait detached until no writer is active.  RuntimeError if the
+ * writer died inside its section (its Python objects cannot be put
+ * back).  0 or -1. */
 int begin_read_waiting(bound_lock *b, uint64_t *seq);
 
 /* Start a lock-free read pass: *seq is the even count to check against. */
@@ -174,18 +176,20 @@ begin_read(bound_lock *b, uint64_t *seq)
 int entered_or_timed_out(lock_status taken);
 
 /*
- * read_consistently - run copy(ctx) until no write overlapped it
+ * read_consistently - run copy(ctx, seq) until no write overlapped it
  *
- * The reader of both types.  copy() returns 0, or -1 with an exception;
- * after a pass a write overlapped, discard(ctx) drops what it produced
- * (whatever it saw may be torn) and returns 0 to retry or -1 to give up
- * with the exception set.  After max_retries overlapped passes in a row,
- * one more runs holding the lock word against writers (lock_excl), so a
- * reader always finishes.  *seq is the count of the state copied.
- * Returns copy()'s result for the pass that counted.
+ * The reader of both types.  A SeqLock's reader waits while a writer is
+ * active (begin_read); a record's is a latch reader and never waits: seq
+ * tells copy() which copy to take (record_read_copy()).  copy() returns 0,
+ * or -1 with an exception; after a pass a write overlapped, discard(ctx)
+ * drops what it produced (whatever it saw may be torn) and returns 0 to
+ * retry or -1 to give up with the exception set.  After max_retries
+ * overlapped passes in a row, one more runs holding the lock word against
+ * writers (lock_excl), so a reader always finishes.  *seq is the count the
+ * state was copied at.  Returns copy()'s result for the pass that counted.
  */
 static inline int
-read_consistently(bound_lock *b, int (*copy)(void *ctx),
+read_consistently(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
                   int (*discard)(void *ctx), void *ctx, uint64_t *seq)
 {
     int max_retries = read_budget_max(&b->budget);
@@ -194,16 +198,19 @@ read_consistently(bound_lock *b, int (*copy)(void *ctx),
             if (lock_excl(b) < 0) {
                 return -1;
             }
-            int result = copy(ctx);
-            *seq = seqlock_sequence(b->sl);
+            *seq = seqlock_sequence(b->sl); /* even: no section is open */
+            int result = copy(ctx, *seq);
             unlock_excl(b);
             read_budget_count(&b->budget.fallbacks);
             return result;
         }
-        if (begin_read(b, seq) < 0) {
+        if (b->record != NULL) {
+            *seq = seqcount_latch_read64(seqlock_latch(b->sl));
+        }
+        else if (begin_read(b, seq) < 0) {
             return -1;
         }
-        int result = copy(ctx);
+        int result = copy(ctx, *seq);
         if (SEQLOCK_LIKELY(!seqlock_read_retry(b->sl, *seq))) {
             return result;
         }

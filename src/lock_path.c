@@ -106,9 +106,9 @@ write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns)
 /* ---- binding ---- */
 
 static void
-undo_orphaned_section(void *record)
+repair_orphaned_record(void *record)
 {
-    (void)record_recover(record);
+    (void)record_repair(record);
 }
 
 void
@@ -122,7 +122,7 @@ bound_lock_init(bound_lock *b, seqlock_t *sl, record_header *record,
     b->private.next = b->private.prev = NULL;
     if (private_memory) {
         seqlock_track_private(&b->private, sl,
-                              record != NULL ? undo_orphaned_section : NULL,
+                              record != NULL ? repair_orphaned_record : NULL,
                               record);
     }
 }
@@ -168,13 +168,6 @@ wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
             return -1;
         }
     }
-}
-
-static int
-core_write_lock(seqlock_t *sl, int64_t timeout_ns, uint64_t *unused)
-{
-    (void)unused;
-    return seqlock_write_lock_timed(sl, timeout_ns);
 }
 
 static int
@@ -244,19 +237,20 @@ lock_write(bound_lock *b, int64_t timeout_ns)
 {
     uint64_t unused;
     lock_status status = status_of(
-        wait_in_slices(core_write_lock, b->sl, timeout_ns, &unused),
+        wait_in_slices(core_lock_excl, b->sl, timeout_ns, &unused),
         WRITING_TWICE);
     if (status <= LOCK_TIMED_OUT) {
         return status;
     }
     Py_INCREF(b->object);
-    if (b->record != NULL) {
-        if (status == LOCK_TAKEN_OVER) {
-            (void)record_recover(b->record);
-        }
-        record_save_undo(b->record);
+    if (status == LOCK_TAKEN_OVER && b->record != NULL) {
+        /* Before the section opens: it switches readers to copy 1, which
+         * a holder that died finishing its section left half updated. */
+        (void)record_repair(b->record);
     }
-    else if (status == LOCK_TAKEN_OVER && warn_taken_over() < 0) {
+    (void)seqlock_open_section(b->sl);
+    if (status == LOCK_TAKEN_OVER && b->record == NULL
+        && warn_taken_over() < 0) {
         (void)unlock_write(b);
         return LOCK_FAILED;
     }
@@ -289,15 +283,16 @@ end_write(bound_lock *b, int rollback)
     if (check_write_holder(b) < 0) {
         return -1;
     }
+    if (b->record != NULL && rollback) {
+        record_abort(b->record);
+    }
+    (void)seqlock_close_section(b->sl); /* even: readers to copy 0; wakes */
     if (b->record != NULL) {
-        if (rollback) {
-            record_rollback(b->record);
-        }
-        record_section_done(b->record);
+        record_finish(b->record);
     }
     PyObject *owner = b->object;
-    (void)seqlock_unlock(b->sl); /* closes the section: even, wakes */
-    Py_DECREF(owner);            /* last: it may free b */
+    (void)seqlock_unlock(b->sl);
+    Py_DECREF(owner); /* last: it may free b */
     return 0;
 }
 
@@ -326,11 +321,14 @@ lock_excl(bound_lock *b)
         return status;
     }
     Py_INCREF(b->object);
-    if (status == LOCK_TAKEN_OVER && (seqlock_sequence(b->sl) & 1u)) {
-        /* The dead holder's section: undo it (a record), then close it. */
-        if (b->record != NULL) {
-            (void)record_recover(b->record);
-        }
+    if (status != LOCK_TAKEN_OVER) {
+        return status;
+    }
+    /* The dead holder's section: discard it (a record), then close it. */
+    if (b->record != NULL) {
+        (void)record_repair(b->record);
+    }
+    if (seqlock_sequence(b->sl) & 1u) {
         (void)seqlock_close_section(b->sl);
         if (b->record == NULL && warn_taken_over() < 0) {
             unlock_excl(b);
@@ -351,22 +349,12 @@ unlock_excl(bound_lock *b)
 int
 begin_read_waiting(bound_lock *b, uint64_t *seq)
 {
-    for (;;) {
-        int err = wait_in_slices(core_read_begin, b->sl, -1, seq);
-        if (err != EOWNERDEAD) {
-            return status_of(err, READING_WHILE_WRITING) == LOCK_TAKEN ? 0
-                                                                      : -1;
-        }
-        if (b->record == NULL) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "the write lock's owner thread exited inside a "
-                            "write section");
-            return -1;
-        }
-        /* Repair the dead writer's section, then read again. */
-        if (lock_excl(b) < 0) {
-            return -1;
-        }
-        unlock_excl(b);
+    int err = wait_in_slices(core_read_begin, b->sl, -1, seq);
+    if (err == EOWNERDEAD) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the write lock's owner thread exited inside a write "
+                        "section");
+        return -1;
     }
+    return status_of(err, READING_WHILE_WRITING) == LOCK_TAKEN ? 0 : -1;
 }

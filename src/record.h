@@ -1,33 +1,42 @@
 /*
- * record.h - a seqlock-protected record of plain words that can live in
- * memory shared between processes, with an undo copy so that a writer that
- * dies inside a write section costs nothing but that write.  No Python.
+ * record.h - a record of plain words kept as a latch under a seqlock, in
+ * memory that may be shared between processes: readers never wait, not
+ * even for a writer that stopped or died inside its section.  No Python.
  *
  * Memory layout (offsets in bytes; everything 8-byte aligned):
  *
  *     0    record_header (RECORD_HEADER_SIZE bytes): magic, version, the
- *          data and layout sizes, the lock ABI, the undo state and a
- *          recovery count on the first cache line; the seqlock_t (a robust
- *          process-shared mutex inside) from the second, padded to 64
+ *          data and layout sizes, the lock ABI and a recovery count on the
+ *          first cache line; the seqlock_t (its count, a robust process-
+ *          shared mutex) from the second, padded to 64
  *     H    the layout descriptor: layout_bytes of text naming every field
  *          ("x:d;y:d;v:16d"), padded to 64
- *     D    data: SEQLOCK_WORDS(data_bytes) words, readers copy from here
- *     D+W  undo: the same number of words, a copy of the data as the last
- *          complete write left it
+ *     C0   copy 0: SEQLOCK_WORDS(data_bytes) words
+ *     C1   copy 1: the same number of words
  *
- * Who writes what: the lock's holder writes data, undo and undo_state; the
+ * The seqlock's count is a latch count (seqlock_latch()): while no section
+ * is open (even) readers copy copy 0; while one is (odd) they copy copy 1,
+ * which holds the last committed state.  A write section:
+ *
+ *     take the lock word (seqlock_lock_excl_timed)
+ *     seqlock_open_section()      odd: readers move to copy 1
+ *     change copy 0               (record_abort() puts it back from copy 1)
+ *     seqlock_close_section()     even: readers move to copy 0, the new state
+ *     record_finish()             copy 1 <- copy 0
+ *     seqlock_unlock()
+ *
+ * so the section's changes become visible together when it closes, and at
+ * every moment readers have a complete copy.  If the holder dies, the next
+ * taker (EOWNERDEAD), before anything else, calls record_repair(): inside
+ * a section (odd) copy 0 is put back from copy 1 and the section counted in
+ * `recoveries`; after one (even) copy 1 is brought up to date.  Readers
+ * never notice.  Repair reads what a dead thread stored: the kernel marks
+ * the mutex word on that thread's way out, after all its stores, and the
+ * taker's acquire of the marked word orders its reads after that mark.
+ *
+ * Who writes what: the lock's holder writes the copies and the count; the
  * creator writes everything once before publishing magic (release store);
  * readers write nothing.
- *
- * A write section: take the lock; record_save_undo(); change the data;
- * record_section_done(); release the lock.  If the holder dies inside it,
- * the kernel marks the lock's mutex (robust futex list) and the next
- * thread to take the lock gets EOWNERDEAD and calls record_recover(),
- * which puts back the undo copy if it was complete (if it was not, the
- * data were not yet touched).  Readers therefore only ever see complete
- * writes.  Recovery reads what a dead thread stored: the kernel marks the
- * mutex word on that thread's way out, after all its stores, and the
- * taker's acquire of the marked word orders its reads after that mark.
  */
 #ifndef SEQLOCK_RECORD_H
 #define SEQLOCK_RECORD_H
@@ -37,14 +46,9 @@
 #include <assert.h>
 
 #define RECORD_MAGIC 0x52514553u /* "SEQR" little-endian */
-#define RECORD_VERSION 2u /* 1: seqlock_py 0.x with a thread-id lock word */
+/* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch */
+#define RECORD_VERSION 3u
 #define RECORD_ALIGN 64u
-
-enum record_undo_state {
-    UNDO_IDLE = 0,   /* no write section in progress */
-    UNDO_SAVING = 1, /* copying data to undo: data untouched so far */
-    UNDO_SAVED = 2,  /* undo holds the last complete write */
-};
 
 /* Which lock layout the creator compiled in: processes sharing a record
  * must agree on the C library's pthread_mutex_t and the word size. */
@@ -65,11 +69,10 @@ typedef struct record_header {
     uint32_t data_bytes;
     uint32_t layout_bytes;
     uint32_t lock_abi;      /* RECORD_LOCK_ABI of the creator */
-    _Atomic uint32_t undo_state;
-    _Atomic uint32_t recoveries; /* write sections undone after a death */
-    uint32_t reserved[9];
-    /* Its own cache line on: writers' lock traffic stays off the line
-     * above, which readers load once at attach(). */
+    _Atomic uint32_t recoveries; /* sections discarded: their writer died */
+    uint32_t reserved[10];
+    /* Its own cache line on: the count readers load, then the writers'
+     * lock word; the line above is read once, at attach(). */
     seqlock_t lock;
 } record_header;
 
@@ -98,16 +101,12 @@ record_size(size_t layout_bytes, size_t data_bytes)
            + 2 * SEQLOCK_WORDS(data_bytes) * SEQLOCK_WORD_SIZE;
 }
 
+/** record_copy - copy 0 (the one writers change) or copy 1 */
 static inline seqlock_word_t *
-record_data(record_header *h)
+record_copy(record_header *h, unsigned which)
 {
-    return (seqlock_word_t *)((char *)h + record_data_offset(h->layout_bytes));
-}
-
-static inline seqlock_word_t *
-record_undo(record_header *h)
-{
-    return record_data(h) + SEQLOCK_WORDS(h->data_bytes);
+    return (seqlock_word_t *)((char *)h + record_data_offset(h->layout_bytes))
+           + (which ? SEQLOCK_WORDS(h->data_bytes) : 0);
 }
 
 static inline const char *
@@ -133,7 +132,6 @@ record_init(record_header *h, const char *layout, uint32_t layout_bytes,
     h->data_bytes = data_bytes;
     h->layout_bytes = layout_bytes;
     h->lock_abi = RECORD_LOCK_ABI;
-    atomic_init(&h->undo_state, UNDO_IDLE);
     atomic_init(&h->recoveries, 0);
     int err = seqlock_init(&h->lock);
     if (err != 0) {
@@ -239,63 +237,66 @@ record_copy_words(seqlock_word_t *dst, seqlock_word_t *src, size_t words)
     }
 }
 
-/* ---- write sections (the caller holds h->lock) ---- */
+/* ---- readers ---- */
 
 /**
- * record_save_undo - keep a copy of the data before changing them
- * Call right after taking the lock.  The release fence before UNDO_SAVED
- * orders the copy before the state that says it is complete.
+ * record_read_copy - the copy a latch reader whose count is seq copies
+ * (seqlock_latch(&h->lock)): copy 1 while a section is open, else copy 0.
  */
-static inline void
-record_save_undo(record_header *h)
+static inline const seqlock_word_t *
+record_read_copy(record_header *h, uint64_t seq)
 {
-    atomic_store_explicit(&h->undo_state, UNDO_SAVING, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    record_copy_words(record_undo(h), record_data(h),
+    return record_copy(h, (unsigned)(seq & 1u));
+}
+
+/* ---- writers (the caller holds h->lock's lock word) ---- */
+
+static inline void
+record_copy_over(record_header *h, unsigned to, unsigned from)
+{
+    record_copy_words(record_copy(h, to), record_copy(h, from),
                       SEQLOCK_WORDS(h->data_bytes));
-    atomic_store_explicit(&h->undo_state, UNDO_SAVED, memory_order_release);
 }
 
 /**
- * record_rollback - put the data back as record_save_undo() found them
- * For a write section that failed half-way; the lock stays held.
+ * record_abort - discard the open section's changes: copy 0 <- copy 1,
+ * the committed state readers have been reading.  The section stays open.
  */
 static inline void
-record_rollback(record_header *h)
+record_abort(record_header *h)
 {
-    if (atomic_load_explicit(&h->undo_state, memory_order_acquire)
-        == UNDO_SAVED) {
-        record_copy_words(record_data(h), record_undo(h),
-                          SEQLOCK_WORDS(h->data_bytes));
-    }
+    record_copy_over(h, 0, 1);
 }
 
 /**
- * record_recover - undo a section whose writer is gone, and count it
- * For the thread that took the lock over (EOWNERDEAD) or a fork's child
- * repairing a private record; the lock stays held.  Returns 1 if a copy
- * was put back, 0 if the section had not begun changing the data (its
- * writer died while saving the undo copy, or held the lock only to read).
+ * record_finish - after seqlock_close_section() (readers now copy copy 0,
+ * the new state), bring copy 1 up to date; then release the lock.
+ */
+static inline void
+record_finish(record_header *h)
+{
+    record_copy_over(h, 1, 0);
+}
+
+/**
+ * record_repair - make the copies whole after taking the lock from a
+ * holder that died (EOWNERDEAD), or from a thread a fork left behind
+ * Call before opening or closing a section.  Inside a section (odd), copy
+ * 0 may be half changed: put it back and count the discarded section; the
+ * section stays open (the caller adopts or closes it).  After one (even),
+ * the holder may have died bringing copy 1 up to date: finish that.
+ * Returns 1 if a section's changes were discarded.
  */
 static inline int
-record_recover(record_header *h)
+record_repair(record_header *h)
 {
-    int undone = atomic_load_explicit(&h->undo_state, memory_order_acquire)
-                 == UNDO_SAVED;
-    record_rollback(h);
-    atomic_store_explicit(&h->undo_state, UNDO_IDLE, memory_order_relaxed);
-    if (undone) {
-        atomic_fetch_add_explicit(&h->recoveries, 1, memory_order_relaxed);
+    if (!(seqlock_sequence(&h->lock) & 1u)) {
+        record_finish(h);
+        return 0;
     }
-    return undone;
-}
-
-/** record_section_done - the section's changes stand: forget the undo
- * copy (call before the section closes; the lock stays held) */
-static inline void
-record_section_done(record_header *h)
-{
-    atomic_store_explicit(&h->undo_state, UNDO_IDLE, memory_order_relaxed);
+    record_abort(h);
+    atomic_fetch_add_explicit(&h->recoveries, 1, memory_order_relaxed);
+    return 1;
 }
 
 #endif /* SEQLOCK_RECORD_H */

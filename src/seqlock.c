@@ -258,7 +258,7 @@ init_mutex(seqlock_t *sl)
 int
 seqlock_init(seqlock_t *sl)
 {
-    atomic_init(&sl->sequence, 0);
+    seqcount_latch_init(&sl->seqcount);
     atomic_init(&sl->wake_from, 0);
     atomic_init(&sl->holder, 0);
     sl->reserved = 0;
@@ -444,37 +444,52 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
 }
 
 int
+seqlock_open_section(seqlock_t *sl)
+{
+    if (!seqlock_held_by_me(sl)) {
+        return EPERM;
+    }
+    /* Make the count odd (it already is if a dead holder left its section
+     * open): a latch switch (seqlock_latch()), whose first fence orders the
+     * last holder's stores before it and whose second orders it before the
+     * caller's data stores. */
+    if (!(seqlock_sequence(sl) & 1u)) {
+        raw_write_seqcount_latch(&sl->seqcount);
+    }
+    else {
+        atomic_thread_fence(memory_order_release);
+    }
+    return 0;
+}
+
+int
 seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
 {
     int err = seqlock_lock_excl_timed(sl, timeout_ns);
     if (err == 0 || err == EOWNERDEAD) {
-        /* Make the count odd (it already is if a dead holder left its
-         * section open) and order it before the caller's data stores. */
-        uint64_t seq = atomic_load_explicit(&sl->sequence,
-                                            memory_order_relaxed);
-        if (!(seq & 1u)) {
-            atomic_store_explicit(&sl->sequence, seq + 1,
-                                  memory_order_relaxed);
-        }
-        atomic_thread_fence(memory_order_release);
+        (void)seqlock_open_section(sl);
     }
     return err;
 }
 
-/* The section ends: even count (release), then wake the sleepers if one
- * announced itself for this section.  The seq_cst fence pairs with the
- * sleeper's announce-then-fence-then-check (seqlock_read_begin_timed), so
- * either we see its announcement or it sees the new count. */
+/* The section ends: even count, then wake the sleepers if one announced
+ * itself for this section.  The count's store is a latch switch (its first
+ * fence publishes the section's stores; its second orders the count before
+ * the caller's stores to the other copy, seqlock_latch()); the seq_cst
+ * fence pairs with the sleeper's announce-then-fence-then-check
+ * (seqlock_read_begin_timed), so either we see its announcement or it
+ * sees the new count. */
 static void
 end_section(seqlock_t *sl)
 {
-    uint64_t seq = atomic_load_explicit(&sl->sequence, memory_order_relaxed);
-    atomic_store_explicit(&sl->sequence, seq + 1, memory_order_release);
+    uint64_t seq = atomic_load_explicit(&sl->seqcount.sequence,
+                                        memory_order_relaxed);
+    raw_write_seqcount_latch(&sl->seqcount);
     atomic_thread_fence(memory_order_seq_cst);
     /* seq is odd: the section began at seq - 1. */
     if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed) + 1
         >= seq) {
-        wake_all_on(low_half(&sl->sequence));
+        wake_all_on(low_half(&sl->seqcount.sequence));
     }
 }
 
@@ -530,7 +545,7 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
     int64_t deadline = -2; /* computed when first needed */
     int result;
     for (unsigned round = 0;; round++) {
-        uint64_t s = atomic_load_explicit(&lock->sequence,
+        uint64_t s = atomic_load_explicit(&lock->seqcount.sequence,
                                           memory_order_acquire);
         if (!(s & 1u)) {
             *seq = s;
@@ -569,10 +584,10 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
         }
         announce_sleeper(lock, s);
         atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&lock->sequence, memory_order_relaxed) != s) {
+        if (atomic_load_explicit(&lock->seqcount.sequence, memory_order_relaxed) != s) {
             continue;
         }
-        if (sleep_on(low_half(&lock->sequence), (uint32_t)s, nap) == EINTR) {
+        if (sleep_on(low_half(&lock->seqcount.sequence), (uint32_t)s, nap) == EINTR) {
             result = EINTR;
             break;
         }
@@ -665,6 +680,10 @@ repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
         return;
     }
     int err = pthread_mutex_trylock(&sl->mutex);
+    if (err == 0) { /* free: nothing to repair */
+        (void)pthread_mutex_unlock(&sl->mutex);
+        return;
+    }
     if (err == EBUSY) { /* held by a thread that does not exist here */
         err = init_mutex(sl);
         if (err == 0) {
@@ -679,10 +698,10 @@ repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
         return;
     }
     atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+    if (p->undo != NULL) {
+        p->undo(p->arg);
+    }
     if (seqlock_sequence(sl) & 1u) {
-        if (p->undo != NULL) {
-            p->undo(p->arg);
-        }
         end_section(sl);
     }
     atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);

@@ -101,8 +101,20 @@
 #define SEQLOCK_LIKELY(x) (x)
 #endif
 
+/* A latch's count (see "latches" below): its lowest bit picks the copy
+ * of the data that readers use. */
+typedef struct {
+    _Atomic uint64_t sequence;
+} seqcount_latch_t;
+
+#define SEQCNT_LATCH_ZERO(name) {.sequence = 0}
+
+/* The seqlock.  Its count is a latch count too: a write section (lock:
+ * odd, close: even) switches the latch's readers between two copies with
+ * the latch's fences, so data kept in two copies under a seqlock can be
+ * read by latch readers that never wait (seqlock_latch()). */
 typedef struct seqlock {
-    _Atomic uint64_t sequence;  /* even: stable; odd: a write is open */
+    seqcount_latch_t seqcount;  /* even: stable; odd: a write is open */
     _Atomic uint64_t wake_from; /* highest count a sleeper waits on */
     _Atomic uint64_t holder;    /* the holder's token; 0 when free */
     _Atomic uint32_t ready;     /* SEQLOCK_READY once mutex is set up */
@@ -113,7 +125,7 @@ typedef struct seqlock {
 /* A static initialiser for a process-private lock: the mutex is set up by
  * the first writer (seqlock_init() does it at once; use that for memory
  * shared between processes). */
-#define SEQLOCK_UNLOCKED {.sequence = 0}
+#define SEQLOCK_UNLOCKED {.seqcount = SEQCNT_LATCH_ZERO(seqcount)}
 #define SEQLOCK_READY 0x59444552u /* "REDY" */
 
 /* One word of protected data.  64-bit where that is lock-free, else 32. */
@@ -167,6 +179,16 @@ uint64_t seqlock_self(void);
  * mutex's acquire orders the caller's accesses after the last holder's.
  */
 int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
+
+/**
+ * seqlock_open_section - open a write section on the lock word the caller
+ * holds (seqlock_lock_excl_timed()): the count becomes odd, a latch switch
+ * (seqlock_latch()) whose release fences order the last holder's stores
+ * before it and it before the caller's data stores.  A dead holder's
+ * section (odd already) is adopted as it stands.  0, or EPERM if the
+ * caller does not hold the lock word.
+ */
+int seqlock_open_section(seqlock_t *sl);
 
 /**
  * seqlock_write_lock_timed - take the lock word and open a write section
@@ -239,8 +261,8 @@ void seqlock_die_(const char *what);
  * for ever.  So, in the child and before fork() returns, every tracked
  * lock held by the forking thread stays held by it (under its new token:
  * its section goes on), and one held by any other thread is taken from
- * it: undo(arg) repairs its data if a section was open, the section is
- * closed and the lock released.  Never track a lock in memory shared with
+ * it: undo(arg) repairs its data (whether or not a section was open: the
+ * count tells), the section is closed if open, and the lock released.  Never track a lock in memory shared with
  * other processes: there the holder is a live thread of another process.
  */
 typedef struct seqlock_private {
@@ -265,7 +287,7 @@ void seqlock_untrack_private(seqlock_private_t *p);
 static inline int
 seqlock_read_try_begin(const seqlock_t *sl, uint64_t *seq)
 {
-    *seq = atomic_load_explicit(&sl->sequence, memory_order_acquire);
+    *seq = atomic_load_explicit(&sl->seqcount.sequence, memory_order_acquire);
     return !(*seq & 1u);
 }
 
@@ -279,7 +301,7 @@ static inline int
 seqlock_read_retry(const seqlock_t *sl, uint64_t start)
 {
     atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&sl->sequence, memory_order_relaxed) != start;
+    return atomic_load_explicit(&sl->seqcount.sequence, memory_order_relaxed) != start;
 }
 
 /**
@@ -308,7 +330,7 @@ static inline int
 read_seqretry(const seqlock_t *sl, unsigned start)
 {
     atomic_thread_fence(memory_order_acquire);
-    return (unsigned)atomic_load_explicit(&sl->sequence, memory_order_relaxed)
+    return (unsigned)atomic_load_explicit(&sl->seqcount.sequence, memory_order_relaxed)
            != start;
 }
 
@@ -398,7 +420,7 @@ read_seqlock_excl(seqlock_t *sl)
 {
     int err = seqlock_lock_excl_timed(sl, -1);
     if (err == EOWNERDEAD) {
-        uint64_t seq = atomic_load_explicit(&sl->sequence,
+        uint64_t seq = atomic_load_explicit(&sl->seqcount.sequence,
                                             memory_order_relaxed);
         if (seq & 1u) {
             (void)seqlock_close_section(sl);
@@ -456,7 +478,7 @@ seqlock_write_copy(seqlock_word_t *dst, const void *src, size_t nbytes)
 static inline uint64_t
 seqlock_sequence(const seqlock_t *sl)
 {
-    return atomic_load_explicit(&sl->sequence, memory_order_relaxed);
+    return atomic_load_explicit(&sl->seqcount.sequence, memory_order_relaxed);
 }
 
 /**
@@ -509,11 +531,6 @@ seqlock_held_by_me(const seqlock_t *sl)
  * whose copy saw any of those stores sees the new count on its re-check,
  * after its acquire fence).  Copies go through seqlock_word_t atomics.
  */
-typedef struct {
-    _Atomic uint64_t sequence;
-} seqcount_latch_t;
-
-#define SEQCNT_LATCH_ZERO(name) {.sequence = 0}
 
 /** seqcount_latch_init - a latch whose readers use data[0] */
 static inline void
@@ -612,6 +629,21 @@ static inline void
 write_seqcount_latch_end(seqcount_latch_t *s)
 {
     (void)s;
+}
+
+/**
+ * seqlock_latch - a seqlock's count, as a latch
+ * Write sections of sl switch the latch's readers between two copies: when
+ * seqlock_write_lock_timed() opens one (odd), to data[1]; when
+ * seqlock_close_section() ends it (even), back to data[0].  So a writer
+ * that modifies data[0] inside its section and data[1] after closing it
+ * (before seqlock_unlock()) leaves readers of the latch a complete copy
+ * at every moment, however long it stays inside, or if it dies there.
+ */
+static inline const seqcount_latch_t *
+seqlock_latch(const seqlock_t *sl)
+{
+    return &sl->seqcount;
 }
 
 /* ---- signal-masking variants (the kernel's interrupt variants) ---- */

@@ -191,8 +191,9 @@ typedef struct {
 } read_call;
 
 static int
-call_reader(void *ctx)
+call_reader(void *ctx, uint64_t seq)
 {
+    (void)seq;
     read_call *c = ctx;
     c->result = PyObject_Vectorcall(c->fn, c->args, c->nargsf, c->kwnames);
     return c->result == NULL ? -1 : 0;

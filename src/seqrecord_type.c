@@ -20,7 +20,7 @@ typedef struct {
     PyObject_HEAD
     bound_lock lock;         /* the one locking path's view of h->lock */
     record_header *h;
-    seqlock_word_t *data;
+    seqlock_word_t *data;    /* copy 0: the one write sections change */
     record_layout *layout;
     void *memory;    /* a record's own memory (SeqRecord()), else NULL */
     Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
@@ -59,14 +59,15 @@ typedef struct {
 } copy_request;
 
 static int
-copy_out(void *ctx)
+copy_out(void *ctx, uint64_t seq)
 {
     copy_request *r = ctx;
+    const seqlock_word_t *copy = record_read_copy(r->record->h, seq);
     if (r->offset == 0 && r->n == r->record->h->data_bytes) {
-        seqlock_read_copy(r->dst, r->record->data, r->n);
+        seqlock_read_copy(r->dst, copy, r->n);
     }
     else {
-        record_load_bytes(r->dst, r->record->data, r->offset, r->n);
+        record_load_bytes(r->dst, copy, r->offset, r->n);
     }
     return 0;
 }
@@ -80,14 +81,18 @@ nothing_to_discard(void *ctx)
 }
 
 /* Copy data bytes [offset, +n) of one consistent snapshot into dst and
- * store its sequence number in *seq.  0, or -1 with an exception. */
+ * store its sequence number in *seq: the count at the end of the section
+ * that wrote it (even; while a section is open, the count before it).
+ * Never waits for a writer.  0, or -1 with an exception. */
 static int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          uint64_t *seq)
 {
     copy_request request = {self, dst, offset, n};
-    return read_consistently(&self->lock, copy_out, nothing_to_discard,
-                             &request, seq);
+    int result = read_consistently(&self->lock, copy_out, nothing_to_discard,
+                                   &request, seq);
+    *seq &= ~(uint64_t)1;
+    return result;
 }
 
 /* A buffer for n bytes of snapshot: the stack one if it fits. */
@@ -239,7 +244,7 @@ static void
 bind_memory(SeqRecordObject *self, void *memory, int private_memory)
 {
     self->h = (record_header *)memory;
-    self->data = record_data(self->h);
+    self->data = record_copy(self->h, 0);
     bound_lock_init(&self->lock, &self->h->lock, self->h, (PyObject *)self,
                     private_memory);
 }
@@ -486,8 +491,8 @@ SeqRecord_repr(SeqRecordObject *self)
 PyDoc_STRVAR(SeqRecord_read_doc,
 "read($self, /)\n--\n\n"
 "Return one consistent snapshot: a tuple of the fields in order (an array\n"
-"field becomes a tuple).  Lock-free; waits (GIL released) only while a\n"
-"writer is active.");
+"field becomes a tuple).  Never waits: while a write section is open\n"
+"(in any thread or process, even this thread's), the state before it.");
 
 static PyObject *
 SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
@@ -591,7 +596,8 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 "read_into($self, buffer, /)\n--\n\n"
 "Copy one consistent snapshot into a writable buffer, in the layout of\n"
 "self.format (bytearray, array.array, memoryview, a NumPy array...), and\n"
-"return the snapshot's sequence number.  The fields travel as raw bytes:\n"
+"return the snapshot's sequence number (even: self.sequence when the\n"
+"section that wrote it ended).  The fields travel as raw bytes:\n"
 "the only object created is the returned int, as for self.sequence.\n"
 "ValueError if the buffer is smaller than self.nbytes.");
 
@@ -741,8 +747,8 @@ static PyMethodDef SeqRecord_methods[] = {
 
 static PyGetSetDef SeqRecord_getset[] = {
     {"sequence", (getter)SeqRecord_get_sequence, NULL,
-     PyDoc_STR("The sequence count: even while no writer is active; +2 per "
-               "completed write."), NULL},
+     PyDoc_STR("The sequence count: odd while a write section is open; +2 "
+               "per section, also one that was rolled back."), NULL},
     {"fields", (getter)SeqRecord_get_fields, NULL,
      PyDoc_STR("The field names, in order."), NULL},
     {"format", (getter)SeqRecord_get_format, NULL,
@@ -752,8 +758,9 @@ static PyGetSetDef SeqRecord_getset[] = {
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
     READ_BUDGET_GETSETS(offsetof(SeqRecordObject, lock.budget)),
     {"recoveries", (getter)SeqRecord_get_recoveries, NULL,
-     PyDoc_STR("Write sections undone because their writer died inside "
-               "them."), NULL},
+     PyDoc_STR("Write sections discarded because their writer died inside "
+               "them (counted by the writer that took the lock over)."),
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -765,14 +772,16 @@ static PyMemberDef SeqRecord_members[] = {
 
 PyDoc_STRVAR(SeqRecord_doc,
 "SeqRecord(**fields)\n--\n\n"
-"Numeric fields held in C inside a seqlock, with lock-free snapshots.\n\n"
+"Numeric fields held in C, with snapshots that never wait.\n\n"
 "Each keyword names a field and gives its struct format code: 'd'\n"
 "(float64), 'q' (int64), 'Q' (uint64), '?' (bool), or a count and\n"
 "'d'/'q'/'Q' for a fixed-length array ('16d').  Fields start at zero.\n"
-"Readers (read, read_dict, rec[name], get, read_into) copy the numbers\n"
-"with the lock-free protocol; writers (update, write) serialise.\n"
-"SeqRecord.create/attach put a record in memory shared between\n"
-"processes.");
+"The record is a latch: two copies of the numbers, writers (update,\n"
+"write) serialise and change one while readers (read, read_dict,\n"
+"rec[name], get, read_into) copy the other, so a reader never waits for\n"
+"a writer, not even a slow, stopped or dead one, and a write section's\n"
+"changes become visible together when it ends.  SeqRecord.create/attach\n"
+"put a record in memory shared between processes.");
 
 static PyType_Slot SeqRecord_slots[] = {
     {Py_tp_new, SeqRecord_new},

@@ -129,7 +129,7 @@ CASES = [
     ("read_into(read-only)", lambda lock, rec: rec.read_into(bytes(256)), BufferError),
     ("read_into(not a buffer)", lambda lock, rec: rec.read_into([0.0] * 16), TypeError),
     ("read_into(small array)", lambda lock, rec: rec.read_into(array.array("d", [0.0])), ValueError),
-    ("read inside own write", lambda lock, rec: while_writing_record(rec, rec.read), RuntimeError),
+    ("update inside own write", lambda lock, rec: while_writing_record(rec, lambda: rec.update(x=2.0)), RuntimeError),
     # ---- SeqRecord: writers
     ("update(positional)", lambda lock, rec: rec.update(1), TypeError),
     ("update(unknown)", lambda lock, rec: rec.update(nope=1), TypeError),

@@ -21,9 +21,10 @@ def test_demo_reports_only_consistent_snapshots(mode):
     assert "snapshot was consistent" in done.stdout
 
 
-def test_demo_shows_recovery_from_a_dead_writer_process():
+def test_demo_shows_readers_untouched_by_a_dead_writer_process():
     done = run_demo("--dead-writer")
     assert done.returncode == 0, done.stderr
+    assert "readers are untouched" in done.stdout and "recoveries=0)" in done.stdout
     assert "recoveries=1, locked=False" in done.stdout
 
 

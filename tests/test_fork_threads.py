@@ -38,20 +38,23 @@ def assert_child_passed(outcome):
 # ---- the forking thread's open section, another thread in the child ----
 
 
-def test_child_thread_waits_for_the_forking_threads_open_section():
+def test_child_threads_keep_out_of_the_forking_threads_open_section():
     rec = SeqRecord(a="q", b="q")
     section = rec.write()
     w = section.__enter__()
     w.a = 1  # half a write
 
     def child():
-        reader = Call(rec.read)  # a thread of the child: must wait
+        # A reader of the child: the last committed state, at once (a
+        # record's readers never wait); a writer of the child: must wait.
+        assert Call(rec.read).join(10) == (0, 0)
+        writer = Call(lambda: rec.update(b=5))
         time.sleep(0.2)
-        assert not reader.done(), f"read() returned {reader.join()} mid-section"
+        assert not writer.done(), "update() went ahead mid-section"
         w.b = 1
         section.__exit__(None, None, None)
-        snapshot = reader.join(10)
-        assert snapshot == (1, 1), snapshot
+        writer.join(10)
+        assert rec.read() == (1, 5), rec.read()
         return True
 
     try:

@@ -182,10 +182,11 @@ def test_live_writer_in_another_pid_namespace_keeps_its_lock(shared_record):
         with pytest.raises(TimeoutError):
             with rec.write(timeout=0.5):
                 pass
+        assert rec.read() == BEFORE  # the last complete write, never half of one
         writer.tell("finish")
-        assert rec.read() == AFTER  # only the complete write, never half of it
         code, output = writer.finish()
     assert code == 0, f"the writer's own section failed:\n{output}"
+    assert rec.read() == AFTER
 
 
 def test_live_writer_outside_the_pid_namespace_keeps_its_lock(shared_record):

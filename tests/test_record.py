@@ -644,26 +644,34 @@ def test_nested_write_in_the_same_thread_raises_runtime_error(rec):
     assert rec.sequence == 2
 
 
+def x_read_into(r):
+    buf = bytearray(r.nbytes)
+    r.read_into(buf)
+    return struct.unpack_from("d", buf)[0]
+
+
 @pytest.mark.parametrize(
-    "read",
+    "read_x",
     [
-        lambda r: r.read(),
-        lambda r: r.read_dict(),
+        lambda r: r.read()[0],
+        lambda r: r.read_dict()["x"],
         lambda r: r["x"],
         lambda r: r.get("x"),
-        lambda r: r.read_into(bytearray(r.nbytes)),
+        x_read_into,
     ],
     ids=["read", "read_dict", "getitem", "get", "read_into"],
 )
-def test_reading_inside_the_own_write_section_raises_runtime_error(rec, read):
+def test_reading_inside_the_own_write_section_returns_the_last_committed_state(rec, read_x):
+    rec.update(x=0.5)
     with rec.write() as w:
         w.x = 1.0
-        with pytest.raises(RuntimeError):
-            read(rec)
-    assert rec["x"] == 1.0
+        assert w.x == 1.0  # the writer reads its own changes through w
+        assert read_x(rec) == 0.5  # a reader, even this thread, sees none
+    assert read_x(rec) == 1.0
 
 
-def test_reader_in_another_thread_sees_none_or_all_of_a_write_section(rec):
+def test_reader_in_another_thread_does_not_wait_for_an_open_section(rec):
+    rec.update(x=0.5)
     entered, go_on = threading.Event(), threading.Event()
     seen = []
 
@@ -671,17 +679,18 @@ def test_reader_in_another_thread_sees_none_or_all_of_a_write_section(rec):
         with rec.write() as w:
             w.x = 1.0
             entered.set()
-            go_on.wait(10)
+            assert go_on.wait(10)  # open until the reader is done: it must not wait
             w.n = 2
             w.arr[3] = 3.0
 
     def reader():
         assert entered.wait(10)
+        seen.append(rec.read())  # the last committed state, at once
         go_on.set()
-        seen.append(rec.read())  # waits for the section to end
 
     run_threads([writer, reader])
-    assert seen == [(1.0, False, 2, (0.0, 0.0, 0.0, 3.0), 0)]
+    assert seen == [(0.5, False, 0, (0.0, 0.0, 0.0, 0.0), 0)]
+    assert rec.read() == (1.0, False, 2, (0.0, 0.0, 0.0, 3.0), 0)  # all at once
 
 
 # ---- sequence, lock state, recoveries ----
@@ -787,10 +796,11 @@ def test_attach_rejects_a_buffer_that_holds_no_record(shm):
         SeqRecord.attach(shm.buf, **MIXED)
 
 
-def test_attach_of_a_record_from_an_older_layout_version_names_both(shm):
+@pytest.mark.parametrize("old", [1, 2])  # a thread-id lock word; an undo copy
+def test_attach_of_a_record_from_an_older_layout_version_names_both(shm, old):
     SeqRecord.create(shm.buf, **MIXED)
-    struct.pack_into("=I", shm.buf, 4, 1)  # the version word, as 0.x wrote it
-    with pytest.raises(ValueError, match="layout version 1; .* version 2"):
+    struct.pack_into("=I", shm.buf, 4, old)  # the version word, where all wrote it
+    with pytest.raises(ValueError, match=f"layout version {old}; .* version 3"):
         SeqRecord.attach(shm.buf, **MIXED)
 
 

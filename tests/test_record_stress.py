@@ -188,32 +188,27 @@ def test_processes_never_see_a_torn_snapshot(shm):
     del rec
 
 
-def test_dead_writer_is_recovered_by_the_next_reader(shm):
+def test_readers_are_unaffected_by_a_writer_process_that_died_in_its_section(shm):
     rec = new_invariant_record(shm.buf)
     ctx = multiprocessing.get_context("spawn")
     child = ctx.Process(target=process_die_in_write_section, args=(shm.name,))
     child.start()
-    # Join before reading: a dead process is only detected once it has
-    # been reaped (kill(tid, 0) still finds a zombie), and join() reaps it.
     child.join(60)
     assert child.exitcode == 0
-    assert rec.locked()  # the lock word still names the dead writer
-    assert rec.sequence % 2 == 1  # its section never ended
+    assert rec.locked()  # the dead writer's section is still open
+    assert rec.sequence % 2 == 1
 
     t0 = time.monotonic()
     snap = rec.read()
     elapsed = time.monotonic() - t0
-    print(f"\n    dead writer recovered by read() in {elapsed * 1000:.1f} ms")
-
+    print(f"\n    read() beside a dead writer's section in {elapsed * 1e6:.0f} us")
     assert snap == tuple(invariant_state(1).values())  # the last complete write
-    assert elapsed < 5.0
-    assert rec.recoveries == 1
-    assert not rec.locked()
-    assert rec.sequence % 2 == 0
-    rec.update(**invariant_state(2))
+    assert rec.recoveries == 0 and rec.locked()  # readers repair nothing
+
+    rec.update(**invariant_state(2))  # the next writer discards the dead section
+    assert rec.recoveries == 1 and not rec.locked() and rec.sequence % 2 == 0
     write_section_step(rec, 3)
     assert rec.read() == tuple(invariant_state(3).values())
-    assert rec.recoveries == 1
     del rec
 
 
@@ -240,9 +235,9 @@ def test_dead_writer_is_recovered_by_the_next_writer(shm):
     del rec
 
 
-def test_dead_writer_thread_is_recovered_by_the_next_reader():
-    # The same recovery within one process: a thread that ends with its
-    # section open (no __exit__; the writer kept alive elsewhere, else its
+def test_readers_are_unaffected_by_a_writer_thread_that_died_in_its_section():
+    # The same within one process: a thread that ends with its section
+    # open (no __exit__; the writer kept alive elsewhere, else its
     # deallocation would undo the section) dies holding the lock.
     rec = new_invariant_record()
     rec.update(**invariant_state(1))
@@ -259,13 +254,9 @@ def test_dead_writer_thread_is_recovered_by_the_next_reader():
     t.join()
     assert rec.locked()
 
-    t0 = time.monotonic()
-    snap = rec.read()
-    elapsed = time.monotonic() - t0
-    print(f"\n    dead writer thread recovered by read() in {elapsed * 1000:.1f} ms")
-    assert snap == tuple(invariant_state(1).values())
-    assert elapsed < 5.0
+    assert rec.read() == tuple(invariant_state(1).values())  # at once
+    assert rec.recoveries == 0
+    rec.update(**invariant_state(2))  # the next writer discards the section
     assert rec.recoveries == 1
     assert not rec.locked()
-    rec.update(**invariant_state(2))
     assert rec.read() == tuple(invariant_state(2).values())

@@ -51,7 +51,9 @@ static pthread_barrier_t start_line;
 struct reader {
     pthread_t thread;
     record_header *rec;     /* phase 2's record (NULL in phase 1) */
-    uint64_t dead_waits;    /* phase 2: reads begun during a dead section */
+    uint64_t mid_section;   /* phase 2: reads accepted while a section
+                               (live or dead) was open: latch readers
+                               never wait for it */
     uint64_t reads;         /* snapshots accepted */
     uint64_t retries;       /* copies rejected by read_seqretry() */
     uint64_t torn_rejected; /* rejected copies that were in fact torn */
@@ -166,7 +168,7 @@ join_readers(struct reader *readers, int nreaders)
     struct reader sum = {0};
     for (int i = 0; i < nreaders; i++) {
         pthread_join(readers[i].thread, NULL);
-        sum.dead_waits += readers[i].dead_waits;
+        sum.mid_section += readers[i].mid_section;
         sum.reads += readers[i].reads;
         sum.retries += readers[i].retries;
         sum.torn_rejected += readers[i].torn_rejected;
@@ -289,26 +291,24 @@ nap_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* A writer process: write a+1 word by word, yielding between words; it
- * dies by its own SIGKILL after the die_at-th word it writes.  A dead
- * writer's section it finds is recovered and closed on its own first, so
- * that readers see (and check) the data put back from the undo copy. */
+/* A writer process: write a+1 into copy 0 word by word, yielding between
+ * words, then close the section and bring copy 1 up to date; it dies by
+ * its own SIGKILL after the die_at-th word it writes.  A dead writer's
+ * section it finds is repaired first (record.h). */
 static _Noreturn void
 write_until_killed(struct killed_run *run, unsigned die_at)
 {
     record_header *h = record_of(run);
-    seqlock_word_t *data = record_data(h);
+    seqlock_word_t *data = record_copy(h, 0);
     for (;;) {
-        int err = seqlock_write_lock_timed(&h->lock, -1);
+        int err = seqlock_lock_excl_timed(&h->lock, -1);
         if (err == EOWNERDEAD) {
-            record_recover(h);
-            write_sequnlock(&h->lock);
-            continue;
+            record_repair(h);
         }
-        if (err != 0) {
+        else if (err != 0) {
             _exit(3);
         }
-        record_save_undo(h);
+        seqlock_open_section(&h->lock);
         uint64_t cur[WORDS], next[WORDS];
         seqlock_read_copy(cur, data, sizeof cur);
         make_record(next, cur[0] + 1);
@@ -319,37 +319,33 @@ write_until_killed(struct killed_run *run, unsigned die_at)
             }
             sched_yield();
         }
-        record_section_done(h);
-        write_sequnlock(&h->lock);
+        seqlock_close_section(&h->lock);
+        record_finish(h);
+        seqlock_unlock(&h->lock);
         atomic_fetch_add(&run->sections, 1);
     }
 }
 
-/* A reader of the record: one told EOWNERDEAD waits for the next writer
- * to repair the dead one's section. */
+/* A reader of the record: the latch's, which never waits. */
 static void *
 record_reader_main(void *arg)
 {
     struct reader *rd = arg;
-    seqlock_t *sl = &rd->rec->lock;
-    seqlock_word_t *data = record_data(rd->rec);
+    const seqcount_latch_t *latch = seqlock_latch(&rd->rec->lock);
     uint64_t last_a = 0;
     pthread_barrier_wait(&start_line);
     while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         uint64_t snap[WORDS], seq;
         for (;;) {
-            int err = seqlock_read_begin_timed(sl, -1, &seq);
-            if (err == EOWNERDEAD) {
-                rd->dead_waits++;
-                nap_us(100);
-                continue;
-            }
-            seqlock_read_copy(snap, data, sizeof snap);
-            if (err == 0 && !seqlock_read_retry(sl, seq)) {
+            seq = seqcount_latch_read64(latch);
+            seqlock_read_copy(snap, record_read_copy(rd->rec, seq),
+                              sizeof snap);
+            if (!seqcount_latch_retry64(latch, seq)) {
                 break;
             }
             reject_snapshot(rd, snap);
         }
+        rd->mid_section += seq & 1u;
         accept_snapshot(rd, snap, &last_a);
     }
     return NULL;
@@ -387,15 +383,18 @@ kill_a_writer(struct killed_run *run, unsigned *seed)
 static int
 repair_and_read(record_header *h, uint64_t final[WORDS])
 {
-    int err = seqlock_write_lock_timed(&h->lock, 5LL * 1000 * 1000 * 1000);
+    int err = seqlock_lock_excl_timed(&h->lock, 5LL * 1000 * 1000 * 1000);
     if (err == EOWNERDEAD) {
-        record_recover(h);
+        record_repair(h);
+        if (seqlock_sequence(&h->lock) & 1u) {
+            seqlock_close_section(&h->lock);
+        }
     }
     else if (err != 0) {
         return 0;
     }
-    seqlock_read_copy(final, record_data(h), WORDS * sizeof final[0]);
-    write_sequnlock(&h->lock);
+    seqlock_read_copy(final, record_copy(h, 0), WORDS * sizeof final[0]);
+    seqlock_unlock(&h->lock);
     return 1;
 }
 
@@ -418,7 +417,8 @@ run_killed_writers(double seconds, int nreaders)
     }
     uint64_t initial[WORDS];
     make_record(initial, 0);
-    seqlock_write_copy(record_data(h), initial, sizeof initial);
+    seqlock_write_copy(record_copy(h, 0), initial, sizeof initial);
+    seqlock_write_copy(record_copy(h, 1), initial, sizeof initial);
 
     static struct reader readers[MAX_READERS];
     atomic_store(&stop, 0);
@@ -458,10 +458,10 @@ run_killed_writers(double seconds, int nreaders)
     uint32_t recoveries = atomic_load(&h->recoveries);
 
     printf("stress (killed writers): reads=%llu retries=%llu "
-           "dead_waits=%llu kills=%llu recoveries=%u sections>=%llu "
+           "mid_section=%llu kills=%llu recoveries=%u sections>=%llu "
            "torn=%llu torn_rejected=%llu backwards=%llu readers=%d\n",
            (unsigned long long)sum.reads, (unsigned long long)sum.retries,
-           (unsigned long long)sum.dead_waits, (unsigned long long)kills,
+           (unsigned long long)sum.mid_section, (unsigned long long)kills,
            (unsigned)recoveries, (unsigned long long)sections,
            (unsigned long long)sum.torn,
            (unsigned long long)sum.torn_rejected,

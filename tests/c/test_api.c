@@ -357,9 +357,9 @@ static _Atomic uint32_t *
 count_low_half(seqlock_t *sl)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return (_Atomic uint32_t *)((char *)&sl->sequence + 4);
+    return (_Atomic uint32_t *)((char *)&sl->seqcount.sequence + 4);
 #else
-    return (_Atomic uint32_t *)&sl->sequence;
+    return (_Atomic uint32_t *)&sl->seqcount.sequence;
 #endif
 }
 
@@ -2527,17 +2527,21 @@ test_writer_winning_while_spinning_leaves_a_sleeping_writer_its_wake_up(void)
 
 /* ==== regressions: fork and process-private locks ==== */
 
-/* A process-private lock tracked for fork repair; its undo counts. */
+/* A process-private lock tracked for fork repair; its undo counts, and
+ * notes whether a section was open when it was called. */
 struct tracked {
     seqlock_t lock;
     seqlock_private_t entry;
     int undos;
+    int undo_saw_a_section;
 };
 
 static void
 count_undo(void *arg)
 {
-    ((struct tracked *)arg)->undos++;
+    struct tracked *t = arg;
+    t->undos++;
+    t->undo_saw_a_section = (int)(seqlock_sequence(&t->lock) & 1u);
 }
 
 static void
@@ -2606,13 +2610,13 @@ static void
 other_threads_locking_pass_was_released(void *arg)
 {
     struct tracked *t = arg;
-    CHECK(t->undos == 0);
+    CHECK(t->undos == 1 && !t->undo_saw_a_section);
     CHECK(seqlock_sequence(&t->lock) == 0);
     CHECK(!seqlock_is_locked(&t->lock));
 }
 
 static void
-test_fork_releases_another_threads_locking_pass_without_undo(void)
+test_fork_releases_another_threads_locking_pass_after_its_repair(void)
 {
     static struct tracked t = {.lock = SEQLOCK_UNLOCKED};
     struct holder h = {.sl = &t.lock, .excl = 1};
@@ -2722,7 +2726,7 @@ static void
 test_read_retry_sees_a_write_across_the_2_to_32_boundary(void)
 {
     seqlock_t sl = SEQLOCK_UNLOCKED;
-    atomic_store(&sl.sequence, TWO_TO_32 - 2);
+    atomic_store(&sl.seqcount.sequence, TWO_TO_32 - 2);
     uint64_t start;
     CHECK(seqlock_read_try_begin(&sl, &start));
     unsigned low = read_seqbegin(&sl);
@@ -2745,10 +2749,10 @@ test_read_retry_tells_counts_2_to_32_apart_where_read_seqretry_cannot(void)
      * which is back where it was: read_seqretry() would accept the copy.
      * That is the documented limit of the kernel's 32-bit interface. */
     seqlock_t sl = SEQLOCK_UNLOCKED;
-    atomic_store(&sl.sequence, TWO_TO_32 - 2);
+    atomic_store(&sl.seqcount.sequence, TWO_TO_32 - 2);
     uint64_t start;
     CHECK(seqlock_read_try_begin(&sl, &start));
-    atomic_store(&sl.sequence, start + TWO_TO_32);
+    atomic_store(&sl.seqcount.sequence, start + TWO_TO_32);
     CHECK(seqlock_read_retry(&sl, start) != 0);
     CHECK(read_seqretry(&sl, (unsigned)start) == 0);
 }
@@ -2757,7 +2761,7 @@ static void
 test_section_ending_at_2_to_32_wakes_a_sleeper(void)
 {
     seqlock_t sl = SEQLOCK_UNLOCKED;
-    atomic_store(&sl.sequence, TWO_TO_32 - 2);
+    atomic_store(&sl.seqcount.sequence, TWO_TO_32 - 2);
     struct holder h;
     struct sleeper s;
     CHECK(holder_start(&h, &sl));
@@ -2792,12 +2796,14 @@ test_dead_locking_pass_gives_the_next_writer_eownerdead_and_an_even_count(void)
     CHECK(inside == 1); /* the writer's own section, from the even count */
 }
 
-/* ==== record.h: undoing a dead writer's section ==== */
+/* ==== record.h: a record kept as a latch ==== */
 
-/* A record of one 8-byte field holding 1, with a section left in `state`
- * after storing 2 (as a writer that died there would leave it). */
+/* A record of one 8-byte field: committed value 1, then a section that
+ * stored 2 into copy 0 and stopped where `stage` says (as a writer that
+ * died there would leave it): 0 inside the section, 1 after closing it
+ * but before record_finish(). */
 static record_header *
-record_left_in(enum record_undo_state state)
+record_left_at(int stage)
 {
     static const char layout[] = "x:q";
     size_t size = record_size(sizeof layout - 1, 8);
@@ -2807,48 +2813,93 @@ record_left_in(enum record_undo_state state)
         return NULL;
     }
     uint64_t one = 1, two = 2;
-    seqlock_write_copy(record_data(h), &one, sizeof one);
-    record_save_undo(h);
-    seqlock_write_copy(record_data(h), &two, sizeof two);
-    atomic_store(&h->undo_state, state);
-    return h;
+    if (seqlock_write_lock_timed(&h->lock, 0) != 0) {
+        free(h);
+        return NULL;
+    }
+    seqlock_write_copy(record_copy(h, 0), &one, sizeof one);
+    seqlock_close_section(&h->lock);
+    record_finish(h);
+    seqlock_open_section(&h->lock);
+    seqlock_write_copy(record_copy(h, 0), &two, sizeof two);
+    if (stage == 1) {
+        seqlock_close_section(&h->lock);
+    }
+    return h; /* still held by this thread: the tests act as the taker */
+}
+
+/* What a latch reader copies now. */
+static uint64_t
+record_reader_sees(record_header *h)
+{
+    uint64_t seq = seqcount_latch_read64(seqlock_latch(&h->lock)), v;
+    seqlock_read_copy(&v, record_read_copy(h, seq), sizeof v);
+    return v;
 }
 
 static uint64_t
-record_value(record_header *h)
+record_copy_value(record_header *h, unsigned which)
 {
     uint64_t v;
-    seqlock_read_copy(&v, record_data(h), sizeof v);
+    seqlock_read_copy(&v, record_copy(h, which), sizeof v);
     return v;
 }
 
 static void
-test_record_recover_puts_back_a_saved_undo_copy_and_counts_it(void)
+test_record_readers_see_the_committed_copy_while_a_section_is_open(void)
 {
-    record_header *h = record_left_in(UNDO_SAVED);
+    record_header *h = record_left_at(0);
     CHECK(h != NULL);
-    int undone = record_recover(h);
-    uint64_t value = record_value(h);
-    uint32_t recoveries = atomic_load(&h->recoveries);
+    uint64_t inside = record_reader_sees(h);
+    seqlock_close_section(&h->lock);
+    uint64_t after_close = record_reader_sees(h);
+    record_finish(h);
+    seqlock_unlock(&h->lock);
     free(h);
-    CHECK(undone == 1 && value == 1 && recoveries == 1);
+    CHECK(inside == 1);
+    CHECK(after_close == 2);
 }
 
 static void
-test_record_recover_counts_nothing_when_no_section_had_begun(void)
+test_record_repair_inside_a_section_puts_copy_0_back_and_counts_it(void)
 {
-    /* A locking pass's holder died (IDLE), or a writer died while saving
-     * its undo copy (SAVING: the data were not yet touched). */
-    enum record_undo_state states[] = {UNDO_IDLE, UNDO_SAVING};
-    for (size_t i = 0; i < 2; i++) {
-        record_header *h = record_left_in(states[i]);
-        CHECK(h != NULL);
-        int undone = record_recover(h);
-        uint32_t recoveries = atomic_load(&h->recoveries);
-        uint32_t state = atomic_load(&h->undo_state);
-        free(h);
-        CHECK(undone == 0 && recoveries == 0 && state == UNDO_IDLE);
-    }
+    record_header *h = record_left_at(0);
+    CHECK(h != NULL);
+    int discarded = record_repair(h);
+    uint64_t copy0 = record_copy_value(h, 0);
+    uint32_t recoveries = atomic_load(&h->recoveries);
+    int still_open = (int)(seqlock_sequence(&h->lock) & 1u);
+    seqlock_unlock(&h->lock);
+    free(h);
+    CHECK(discarded == 1 && copy0 == 1 && recoveries == 1 && still_open);
+}
+
+static void
+test_record_repair_after_a_section_finishes_copy_1_and_counts_nothing(void)
+{
+    /* The holder closed its section (its changes stand) and died bringing
+     * copy 1 up to date; or held the lock only for a reader's pass. */
+    record_header *h = record_left_at(1);
+    CHECK(h != NULL);
+    int discarded = record_repair(h);
+    uint64_t copy1 = record_copy_value(h, 1);
+    uint32_t recoveries = atomic_load(&h->recoveries);
+    seqlock_unlock(&h->lock);
+    free(h);
+    CHECK(discarded == 0 && copy1 == 2 && recoveries == 0);
+}
+
+static void
+test_record_abort_puts_copy_0_back_from_copy_1(void)
+{
+    record_header *h = record_left_at(0);
+    CHECK(h != NULL);
+    record_abort(h);
+    seqlock_close_section(&h->lock);
+    uint64_t seen = record_reader_sees(h);
+    seqlock_unlock(&h->lock);
+    free(h);
+    CHECK(seen == 1);
 }
 
 /* ==== runner ==== */
@@ -2956,9 +3007,13 @@ static const struct test tests[] = {
          FORKS_OR_SIGNALS),
     TEST(test_reader_in_another_pid_namespace_accepts_no_torn_snapshot,
          FORKS_OR_SIGNALS),
-    TEST(test_record_recover_puts_back_a_saved_undo_copy_and_counts_it,
+    TEST(test_record_readers_see_the_committed_copy_while_a_section_is_open,
          PLAIN),
-    TEST(test_record_recover_counts_nothing_when_no_section_had_begun, PLAIN),
+    TEST(test_record_repair_inside_a_section_puts_copy_0_back_and_counts_it,
+         PLAIN),
+    TEST(test_record_repair_after_a_section_finishes_copy_1_and_counts_nothing,
+         PLAIN),
+    TEST(test_record_abort_puts_copy_0_back_from_copy_1, PLAIN),
     TEST(test_waiter_with_the_holders_id_killed_asleep_leaves_the_lock_alive,
          FORKS_OR_SIGNALS),
     TEST(test_pid_1_of_another_namespace_does_not_take_pid_1s_lock,
@@ -2984,7 +3039,7 @@ static const struct test tests[] = {
          FORKS_OR_SIGNALS),
     TEST(test_fork_undoes_and_releases_another_threads_section_in_the_child,
          FORKS_OR_SIGNALS),
-    TEST(test_fork_releases_another_threads_locking_pass_without_undo,
+    TEST(test_fork_releases_another_threads_locking_pass_after_its_repair,
          FORKS_OR_SIGNALS),
     TEST(test_thread_started_in_the_child_waits_for_the_forking_threads_section,
          FORKS_OR_SIGNALS),
