@@ -74,20 +74,35 @@ def holds_for_flat(rec_format, raw):
     return holds(a, b, c, arr, flag)
 
 
-def write_section_step(rec, k):
+def write_section_step(rec, k, pause=0.0):
     """Move the record to invariant_state(k) in one write() section, one
     field and one element at a time, so every intermediate state breaks
-    the invariant; readers must never see any of them."""
+    the invariant; readers must never see any of them.  With pause, the
+    section sleeps that long between steps (a slow multi-step section)."""
     target = invariant_state(k)
+    step = (lambda: time.sleep(pause)) if pause else (lambda: None)
     with rec.write() as w:
         w.a = target["a"]
+        step()
         w.c = target["c"]
         for i, value in enumerate(target["arr"]):
             w.arr[i] = -1.0  # breaks the sum until the next line
+            if i % 4 == 0:
+                step()
             w.arr[i] = value
         w.arr[-1] = target["arr"][-1]
         w.flag = target["flag"]
+        step()
         w.b = w.a + 1
+
+
+def read_counting_open_sections(rec, read):
+    """read(), and whether it began and ended inside one open write
+    section (the sequence odd and unchanged around it): a read a latch
+    answers without waiting for the writer."""
+    before = rec.sequence
+    snap = read()
+    return snap, before % 2 == 1 and rec.sequence == before
 
 
 # ---- shared memory ----
@@ -143,7 +158,7 @@ def process_reader(name, barrier, duration, queue):
     def work():
         shm = attach_shared_memory(name)
         rec = SeqRecord.attach(shm.buf, **INVARIANT_FIELDS)
-        reads = torn = 0
+        reads = torn = inside = 0
         first_torn = None
         raw = bytearray(rec.nbytes)
         fmt = rec.format
@@ -154,7 +169,8 @@ def process_reader(name, barrier, duration, queue):
         while time.monotonic() < deadline:
             for kind in range(4):
                 if kind == 0:
-                    snap = read()
+                    snap, was_inside = read_counting_open_sections(rec, read)
+                    inside += was_inside
                     ok = holds_for_tuple(snap)
                 elif kind == 1:
                     snap = read_dict()
@@ -173,14 +189,15 @@ def process_reader(name, barrier, duration, queue):
                     first_torn = first_torn or repr(snap)
         del rec, read, read_dict, read_into
         shm.close()
-        return {"reads": reads, "torn": torn, "first_torn": first_torn}
+        return {"reads": reads, "torn": torn, "inside_sections": inside, "first_torn": first_torn}
 
     _report(queue, "reader", work)
 
 
-def process_writer(name, barrier, duration, queue, start_k, use_sections):
+def process_writer(name, barrier, duration, queue, start_k, use_sections, pause=0.0):
     """Child: publish invariant states k = start_k, start_k + 1, ... for
-    duration seconds with update() or with write() sections."""
+    duration seconds with update() or with write() sections (pausing
+    between a section's steps)."""
 
     def work():
         shm = attach_shared_memory(name)
@@ -191,7 +208,7 @@ def process_writer(name, barrier, duration, queue, start_k, use_sections):
         k = start_k
         while time.monotonic() < deadline:
             if use_sections:
-                write_section_step(rec, k)
+                write_section_step(rec, k, pause)
             else:
                 rec.update(**invariant_state(k))
             writes += 1
@@ -216,6 +233,22 @@ def process_update(name, fields, values, queue):
         return snap
 
     _report(queue, "updater", work)
+
+
+def process_hold_a_section(name, inside, finish):
+    """Child: open a write section towards state 2, break the invariant,
+    set inside, and stay in the section until finish is set; then finish
+    the write."""
+    shm = attach_shared_memory(name)
+    rec = SeqRecord.attach(shm.buf, **INVARIANT_FIELDS)
+    target = invariant_state(2)
+    with rec.write() as w:
+        w.a = target["a"]  # half a write
+        inside.set()
+        finish.wait(60)
+        w.update(**{k: v for k, v in target.items() if k != "a"})
+    del rec, w
+    shm.close()
 
 
 def process_die_in_write_section(name):

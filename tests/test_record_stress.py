@@ -27,13 +27,15 @@ from record_helpers import (
     holds_for_tuple,
     invariant_state,
     process_die_in_write_section,
+    process_hold_a_section,
+    read_counting_open_sections,
     process_reader,
     process_writer,
     run_threads,
     write_section_step,
 )
 from seqlock_py import SeqRecord
-from workers import pin, stress_seconds
+from workers import Call, pin, stress_seconds
 
 DURATION = stress_seconds(1.0)  # seconds of reading and writing per stress test
 
@@ -57,7 +59,13 @@ def shm():
     block.unlink()
 
 
-def test_threads_never_see_a_torn_snapshot():
+# A section's pause between its steps: 0 (flat out), or slow enough that
+# most reads land inside an open section, which a latch answers at once.
+SLOW = 0.0005
+
+
+@pytest.mark.parametrize("pause", [0.0, SLOW], ids=["flat-out", "slow-sections"])
+def test_threads_never_see_a_torn_snapshot(pause):
     rec = new_invariant_record()
     stop = threading.Event()
     start_seq = rec.sequence
@@ -69,12 +77,13 @@ def test_threads_never_see_a_torn_snapshot():
         fmt = rec.format
         pin("reader")
         raw = bytearray(rec.nbytes)
-        reads = torn = 0
+        reads = torn = inside = 0
         first_torn = None
         last_seq = 0
         while not stop.is_set():
             if kind == "read":
-                snap = read()
+                snap, was_inside = read_counting_open_sections(rec, read)
+                inside += was_inside
                 ok = holds_for_tuple(snap)
             elif kind == "read_dict":
                 snap = read_dict()
@@ -90,7 +99,7 @@ def test_threads_never_see_a_torn_snapshot():
             if not ok:
                 torn += 1
                 first_torn = first_torn or snap
-        return {"kind": kind, "reads": reads, "torn": torn, "first_torn": first_torn}
+        return {"kind": kind, "reads": reads, "torn": torn, "inside_sections": inside, "first_torn": first_torn}
 
     def writer(use_sections, start_k):
         pin("writer")
@@ -99,7 +108,7 @@ def test_threads_never_see_a_torn_snapshot():
         try:
             while time.monotonic() < deadline:
                 if use_sections:
-                    write_section_step(rec, k)
+                    write_section_step(rec, k, pause)
                 else:
                     rec.update(**invariant_state(k))
                 writes += 1
@@ -118,6 +127,8 @@ def test_threads_never_see_a_torn_snapshot():
     assert [r["torn"] for r in reader_results] == [0, 0, 0, 0], reader_results
     assert all(r["reads"] > 0 for r in reader_results), reader_results
     assert all(w["writes"] > 0 for w in writer_results), writer_results
+    if pause:  # readers went on while a slow section was open: no waiting
+        assert reader_results[0]["inside_sections"] > 0, reader_results
     total_writes = sum(w["writes"] for w in writer_results)
     assert rec.sequence == start_seq + 2 * total_writes
     assert holds_for_tuple(rec.read())
@@ -156,7 +167,8 @@ def _collect(queue, children, expected, timeout=90):
     return results
 
 
-def test_processes_never_see_a_torn_snapshot(shm):
+@pytest.mark.parametrize("pause", [0.0, SLOW], ids=["flat-out", "slow-sections"])
+def test_processes_never_see_a_torn_snapshot(shm, pause):
     rec = new_invariant_record(shm.buf)
     start_seq = rec.sequence
     # spawn, not fork: forking a process that runs threads warns on 3.13t,
@@ -168,7 +180,7 @@ def test_processes_never_see_a_torn_snapshot(shm):
     children = [
         ctx.Process(target=process_reader, args=(shm.name, barrier, DURATION, queue)) for _ in range(n_readers)
     ] + [
-        ctx.Process(target=process_writer, args=(shm.name, barrier, DURATION, queue, k, sections))
+        ctx.Process(target=process_writer, args=(shm.name, barrier, DURATION, queue, k, sections, pause))
         for k, sections in writer_args
     ]
     for child in children:
@@ -182,9 +194,33 @@ def test_processes_never_see_a_torn_snapshot(shm):
     assert [r["torn"] for r in readers] == [0] * n_readers, readers
     assert all(r["reads"] > 0 for r in readers), readers
     assert all(w["writes"] > 0 for w in writers), writers
+    if pause:  # readers in other processes did not wait for open sections
+        assert all(r["inside_sections"] > 0 for r in readers), readers
     assert rec.sequence == start_seq + 2 * sum(w["writes"] for w in writers)
     assert holds_for_tuple(rec.read())
     assert rec.recoveries == 0
+    del rec
+
+
+def test_reader_gets_the_last_committed_snapshot_during_another_process_open_section(shm):
+    rec = new_invariant_record(shm.buf)
+    rec.update(**invariant_state(1))
+    ctx = multiprocessing.get_context("spawn")
+    inside, finish = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=process_hold_a_section, args=(shm.name, inside, finish))
+    child.start()
+    try:
+        assert inside.wait(60), "the writer never opened its section"
+        # The section stays open until finish is set: a reader that waited
+        # for it would never return (Call turns that into a failure).
+        snaps = Call(lambda: [rec.read() for _ in range(1000)]).join(10)
+        assert snaps == [tuple(invariant_state(1).values())] * 1000
+        assert rec.locked() and rec.sequence % 2 == 1
+    finally:
+        finish.set()
+        child.join(60)
+    assert child.exitcode == 0
+    assert rec.read() == tuple(invariant_state(2).values())
     del rec
 
 
