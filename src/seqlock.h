@@ -128,12 +128,15 @@ typedef struct seqlock {
 #define SEQLOCK_UNLOCKED {.seqcount = SEQCNT_LATCH_ZERO(seqcount)}
 #define SEQLOCK_READY 0x59444552u /* "REDY" */
 
-/* One word of protected data.  64-bit where that is lock-free, else 32. */
-#if ATOMIC_LLONG_LOCK_FREE == 2
-typedef uint64_t seqlock_word_value_t;
-#else
-typedef uint32_t seqlock_word_value_t;
+/* Counts and data words are 64-bit atomics, which must be lock-free: a
+ * reader in a signal handler must never wait for a lock inside the C
+ * library that the thread it interrupted holds. */
+#if ATOMIC_LLONG_LOCK_FREE != 2
+#error "seqlock.h needs lock-free 64-bit atomics"
 #endif
+
+/* One word of protected data. */
+typedef uint64_t seqlock_word_value_t;
 typedef _Atomic seqlock_word_value_t seqlock_word_t;
 #define SEQLOCK_WORD_SIZE (sizeof(seqlock_word_value_t))
 /* Number of words that hold nbytes of data. */
