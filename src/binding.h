@@ -250,4 +250,8 @@ PyObject *reduce_refused(PyObject *self, PyObject *unused);
  * kernel does not say (then treat it as shared: never repair it). */
 int memory_is_shared(const void *addr, size_t len);
 
+/* 1 if a buffer's memory is certainly private to this process (a
+ * bytearray, or memory_is_shared() says so), else 0: treated as shared. */
+int buffer_is_private(const Py_buffer *view);
+
 #endif /* SEQLOCK_PY_BINDING_H */

@@ -148,7 +148,10 @@ wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
     if (err != ETIMEDOUT || timeout_ns == 0) {
         return err;
     }
-    int64_t deadline = timeout_ns < 0 ? -1 : monotonic_ns() + timeout_ns;
+    int64_t now = monotonic_ns();
+    int64_t deadline = timeout_ns < 0 ? -1
+                       : timeout_ns > INT64_MAX - now ? INT64_MAX
+                                                      : now + timeout_ns;
     for (;;) {
         int64_t slice = WAIT_SLICE_NS;
         if (deadline >= 0) {
@@ -203,6 +206,12 @@ status_of(int err, const char *why)
         return LOCK_FAILED;
     case -1: /* a signal handler raised */
         return LOCK_FAILED;
+    case ENOLCK:
+        PyErr_Format(PyExc_RuntimeError,
+                     "this thread holds %d seqlock_py locks already: the "
+                     "kernel could not tell the next one's waiters if the "
+                     "thread died", SEQLOCK_MAX_HELD);
+        return LOCK_FAILED;
     default:
         PyErr_Format(PyExc_RuntimeError, "the lock's mutex is unusable: %s",
                      strerror(err));
@@ -210,14 +219,28 @@ status_of(int err, const char *why)
     }
 }
 
-/* A SeqLock guards Python objects, which no undo copy can put back: say
- * that a dead thread's section was taken over. */
+#define DEAD_WRITER \
+    "the write lock's owner thread exited inside a write section"
+
+/* A SeqLock guards Python objects, which no copy can put back: a writer
+ * that takes a dead thread's section over is warned; a reader cannot use
+ * it (RuntimeError).  Either way, a section that is not taken over is
+ * left abandoned (seqlock_abandon): still open, for the next writer. */
 static int
 warn_taken_over(void)
 {
     return PyErr_WarnEx(PyExc_RuntimeWarning,
                         "took over a write lock whose owner thread exited "
                         "without releasing it", 1);
+}
+
+static lock_status
+abandon_dead_section(bound_lock *b)
+{
+    PyObject *owner = b->object;
+    (void)seqlock_abandon(b->sl);
+    Py_DECREF(owner);
+    return LOCK_FAILED;
 }
 
 int
@@ -251,8 +274,7 @@ lock_write(bound_lock *b, int64_t timeout_ns)
     (void)seqlock_open_section(b->sl);
     if (status == LOCK_TAKEN_OVER && b->record == NULL
         && warn_taken_over() < 0) {
-        (void)unlock_write(b);
-        return LOCK_FAILED;
+        return abandon_dead_section(b); /* refused: readers keep raising */
     }
     return status;
 }
@@ -324,16 +346,17 @@ lock_excl(bound_lock *b)
     if (status != LOCK_TAKEN_OVER) {
         return status;
     }
-    /* The dead holder's section: discard it (a record), then close it. */
+    /* The dead holder's section: a record discards and closes it; a
+     * SeqLock's reader cannot use it. */
     if (b->record != NULL) {
         (void)record_repair(b->record);
-    }
-    if (seqlock_sequence(b->sl) & 1u) {
-        (void)seqlock_close_section(b->sl);
-        if (b->record == NULL && warn_taken_over() < 0) {
-            unlock_excl(b);
-            return LOCK_FAILED;
+        if (seqlock_sequence(b->sl) & 1u) {
+            (void)seqlock_close_section(b->sl);
         }
+    }
+    else if (seqlock_sequence(b->sl) & 1u) {
+        PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
+        return abandon_dead_section(b);
     }
     return status;
 }
@@ -351,9 +374,7 @@ begin_read_waiting(bound_lock *b, uint64_t *seq)
 {
     int err = wait_in_slices(core_read_begin, b->sl, -1, seq);
     if (err == EOWNERDEAD) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "the write lock's owner thread exited inside a write "
-                        "section");
+        PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
         return -1;
     }
     return status_of(err, READING_WHILE_WRITING) == LOCK_TAKEN ? 0 : -1;

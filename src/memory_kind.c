@@ -7,7 +7,8 @@
  * private memory (a bytearray, a MAP_PRIVATE mmap: after fork() the child
  * has its own copy, whose holder, if not the forking thread, is gone).
  * The kernel says which in /proc/self/maps ('s' or 'p' in the fourth
- * column of permissions).  Only create() and attach() ask, with the GIL.
+ * column of permissions).  Only create() and attach() ask, with the GIL;
+ * a bytearray's memory is private without asking.
  */
 #include "binding.h"
 
@@ -46,4 +47,19 @@ memory_is_shared(const void *addr, size_t len)
     (void)addr;
     return -1;
 #endif
+}
+
+int
+buffer_is_private(const Py_buffer *view)
+{
+    /* A bytearray's memory is the heap's: private, whatever /proc says
+     * (and where /proc cannot be read: a chroot, no free descriptor). */
+    PyObject *exporter = view->obj;
+    while (exporter != NULL && PyMemoryView_Check(exporter)) {
+        exporter = PyMemoryView_GET_BASE(exporter);
+    }
+    if (exporter != NULL && PyByteArray_Check(exporter)) {
+        return 1;
+    }
+    return memory_is_shared(view->buf, (size_t)view->len) == 0;
 }

@@ -149,6 +149,8 @@ enum record_mismatch {
     RECORD_OTHER_LOCK_ABI = 3, /* another C library or word size */
     RECORD_OTHER_LAYOUT = 4,   /* other fields */
     RECORD_TOO_SMALL = 5,      /* the memory ends before the record */
+    RECORD_BROKEN_LOCK = 6,    /* the lock word was never set up, or is
+                                  overwritten */
 };
 
 /**
@@ -173,6 +175,10 @@ record_matches(const record_header *h, size_t size, const char *layout,
     }
     if (h->lock_abi != RECORD_LOCK_ABI) {
         return RECORD_OTHER_LOCK_ABI;
+    }
+    if (atomic_load_explicit(&((record_header *)h)->lock.ready,
+                             memory_order_acquire) != SEQLOCK_READY) {
+        return RECORD_BROKEN_LOCK;
     }
     if (h->layout_bytes != layout_bytes || h->data_bytes != data_bytes
         || memcmp(record_layout_text(h), layout, layout_bytes) != 0) {

@@ -76,18 +76,51 @@ layout_free(record_layout *layout)
     PyMem_Free(layout);
 }
 
+/* The (name, code) pairs of kwargs as a tuple of our own, names made
+ * exact str: the loop below runs user code (a str subclass's __hash__ and
+ * __eq__, via the index dict), which must not reach what it iterates. */
+static PyObject *
+field_items(PyObject *kwargs)
+{
+    PyObject *list = PyDict_Items(kwargs);
+    if (list == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *items = PyTuple_New(n);
+    for (Py_ssize_t i = 0; items != NULL && i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(list, i);
+        PyObject *name = PyUnicode_FromObject(PyTuple_GET_ITEM(pair, 0));
+        PyObject *exact = name == NULL ? NULL
+                          : PyTuple_Pack(2, name, PyTuple_GET_ITEM(pair, 1));
+        Py_XDECREF(name);
+        if (exact == NULL) {
+            Py_CLEAR(items);
+            break;
+        }
+        PyTuple_SET_ITEM(items, i, exact);
+    }
+    Py_DECREF(list);
+    return items;
+}
+
 record_layout *
 layout_from_kwargs(PyObject *kwargs)
 {
-    Py_ssize_t n = kwargs == NULL ? 0 : PyDict_GET_SIZE(kwargs);
-    if (n == 0) {
+    if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) {
         PyErr_SetString(PyExc_TypeError,
                         "a record needs at least one field, e.g. x='d'");
         return NULL;
     }
+    PyObject *items = field_items(kwargs);
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
     record_layout *layout = PyMem_Calloc(
         1, sizeof(record_layout) + (size_t)n * sizeof(field_spec));
     if (layout == NULL) {
+        Py_DECREF(items);
         PyErr_NoMemory();
         return NULL;
     }
@@ -100,11 +133,10 @@ layout_from_kwargs(PyObject *kwargs)
         || descriptor == NULL) {
         goto error;
     }
-    PyObject *name, *code;
-    Py_ssize_t pos = 0;
     size_t offset = 0;
-    while (PyDict_Next(kwargs, &pos, &name, &code)) {
-        Py_ssize_t i = layout->nfields;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(PyTuple_GET_ITEM(items, i), 0);
+        PyObject *code = PyTuple_GET_ITEM(PyTuple_GET_ITEM(items, i), 1);
         field_spec *f = &layout->fields[i];
         if (PyUnicode_CompareWithASCIIString(name, "update") == 0) {
             PyErr_SetString(PyExc_ValueError,
@@ -144,6 +176,11 @@ layout_from_kwargs(PyObject *kwargs)
             goto error;
         }
         Py_DECREF(index);
+        if (PyDict_GET_SIZE(layout->index) != i + 1) {
+            /* keys that were distinct str subclasses, equal as str */
+            PyErr_Format(PyExc_ValueError, "field %R is given twice", name);
+            goto error;
+        }
         PyTuple_SET_ITEM(layout->names, i, Py_NewRef(name));
         /* Format grows by the code; the descriptor by "name:code;". */
         PyObject *piece = PyUnicode_FromFormat("%s%U:%U", i ? ";" : "", name,
@@ -164,6 +201,7 @@ layout_from_kwargs(PyObject *kwargs)
     layout->format = format;
     layout->descriptor = PyUnicode_AsUTF8String(descriptor);
     Py_DECREF(descriptor);
+    Py_DECREF(items);
     if (layout->descriptor == NULL) {
         layout_free(layout);
         return NULL;
@@ -171,6 +209,7 @@ layout_from_kwargs(PyObject *kwargs)
     return layout;
 
 error:
+    Py_DECREF(items);
     Py_XDECREF(format);
     Py_XDECREF(descriptor);
     layout_free(layout);

@@ -6,8 +6,9 @@
  *
  * Waiting escalates: SPIN_ROUNDS CPU pause hints (a write section is often
  * shorter than a sleep), then YIELD_ROUNDS sched_yield() calls, then sleep.
- * Writers sleep on the mutex word, where an unlock wakes one, and so does
- * the kernel at once if the holder dies (robust futex list).  Readers sleep on a futex on the low
+ * Writers sleep on a count of unlocks, which an unlock wakes; the kernel
+ * marks the mutex at its holder's death (robust futex list), which a
+ * sleeper sees at its nap's end.  Readers sleep on a futex on the low
  * half of the 64-bit count (FUTEX_WAIT, not _PRIVATE, so that a seqlock_t
  * in memory shared between processes works), in naps of at most
  * SEQLOCK_READER_NAP_MS, after each of which they look for the kernel's
@@ -39,8 +40,9 @@ enum {
 };
 #define NS_PER_SEC 1000000000LL
 #define READER_NAP_NS (SEQLOCK_READER_NAP_MS * 1000 * 1000LL)
-/* Writers are woken by the unlock or the kernel; the nap is a safety net. */
-#define WRITER_NAP_NS (100 * 1000 * 1000LL)
+/* Writers are woken by an unlock; at a nap's end a sleeping writer looks
+ * for its holder's death (the kernel wakes nobody on our futex). */
+#define WRITER_NAP_NS READER_NAP_NS
 #define INITIALISING 1u
 
 static inline void
@@ -261,7 +263,9 @@ seqlock_init(seqlock_t *sl)
     seqcount_latch_init(&sl->seqcount);
     atomic_init(&sl->wake_from, 0);
     atomic_init(&sl->holder, 0);
-    sl->reserved = 0;
+    atomic_init(&sl->unlocks, 0);
+    atomic_init(&sl->writers_from, 0);
+    atomic_init(&sl->abandoned, 0);
     int err = init_mutex(sl);
     atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
     return err;
@@ -294,6 +298,9 @@ ensure_ready(seqlock_t *sl)
                                   memory_order_release);
             return err;
         }
+        if (state != 0 && state != INITIALISING) {
+            return EINVAL; /* not a seqlock (garbage, or overwritten) */
+        }
         sched_yield();
     }
 }
@@ -308,74 +315,76 @@ ensure_ready(seqlock_t *sl)
 int
 seqlock_owner_died(const seqlock_t *sl)
 {
+    if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
+        return 1;
+    }
 #ifdef MUTEX_WORD
     int word = __atomic_load_n(MUTEX_WORD(sl), __ATOMIC_RELAXED);
     return (word & FUTEX_OWNER_DIED) != 0;
 #else
-    (void)sl;
     return 0;
 #endif
 }
 
 /*
- * Why writers do not sleep inside pthread_mutex_lock(): while a thread
- * blocks there, glibc names the mutex as its robust list's pending
- * operation, and should the thread die waiting, the kernel marks the
- * mutex FUTEX_OWNER_DIED if the word holds the dying thread's id.  In
- * another PID namespace a live holder can have that very id (two
- * containers' pid 1), and its lock would be taken over.  So the lock is
- * only ever taken by trylock (pending for the few instructions of a CAS),
- * and a writer sleeps on the mutex word itself with FUTEX_WAIT, after
- * setting FUTEX_WAITERS as glibc's own waiters do: the holder's unlock
- * and the kernel at the holder's death both wake one such sleeper.
+ * Why writers neither sleep inside pthread_mutex_lock() nor try a lock
+ * they see held.  While glibc takes or releases a robust mutex, it names
+ * it as the thread's robust list's pending operation; should the thread
+ * die then, the kernel marks the mutex FUTEX_OWNER_DIED if the word holds
+ * the dying thread's id.  In another PID namespace a live holder can have
+ * that very id (two containers' pid 1), and its lock would be taken over.
+ * So: trylock only when the word is free or already marked dead (a
+ * pending trylock of a held lock would be that window, over and over, for
+ * a poller); sleep on a futex of our own (`unlocks`), never inside
+ * pthread_mutex_lock() (the whole sleep would be the window) and never
+ * with FUTEX_WAITERS set in the mutex's word (glibc's unlock would make a
+ * futex system call inside its window).  What is left is the few
+ * instructions of glibc's own compare-and-swap and exchange.  The price:
+ * the kernel wakes no sleeper at the holder's death; sleepers look for its
+ * mark every WRITER_NAP_NS.
  */
 
-/* Sleep until the mutex word changes (an unlock, the holder's death), at
- * most nap_ns.  Without glibc's word, just nap (at most 1 ms). */
-static void
-sleep_on_mutex(seqlock_t *sl, int64_t nap_ns)
+/* How many lock words this thread holds (SEQLOCK_MAX_HELD). */
+static _Thread_local unsigned held_locks;
+
+/* pthread_mutex_trylock(), when the word is free or its holder dead;
+ * EBUSY otherwise, without opening glibc's pending window. */
+static int
+try_mutex(seqlock_t *sl)
 {
 #ifdef MUTEX_WORD
-    int *word = MUTEX_WORD(sl);
-    int seen = __atomic_load_n(word, __ATOMIC_RELAXED);
-    if (seen == 0 || (seen & FUTEX_OWNER_DIED)) {
-        return; /* free, or its holder died: try again at once */
+    int word = __atomic_load_n(MUTEX_WORD(sl), __ATOMIC_RELAXED);
+    if (word != 0 && !(word & FUTEX_OWNER_DIED)) {
+        return EBUSY;
     }
-    if (!(seen & FUTEX_WAITERS)) {
-        if (!__atomic_compare_exchange_n(word, &seen, seen | FUTEX_WAITERS,
-                                         0, __ATOMIC_RELAXED,
-                                         __ATOMIC_RELAXED)) {
-            return; /* it changed: try again */
-        }
-        seen |= FUTEX_WAITERS;
-    }
-    struct timespec ts = timespec_of(nap_ns);
-    (void)syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
-#else
-    struct timespec ts = timespec_of(nap_ns < 1000000 ? nap_ns : 1000000);
-    (void)nanosleep(&ts, NULL);
 #endif
+    return pthread_mutex_trylock(&sl->mutex);
 }
 
-/* A writer that slept and then took the lock keeps FUTEX_WAITERS set, as
- * glibc's own lock does: another sleeper may remain, and the unlock must
- * wake it (a trylock winner writes its bare id). */
-static void
-keep_waiters_flag(seqlock_t *sl)
+/* Announce a writer that will sleep while `unlocks` is u, by raising
+ * writers_from to u + 1 (a monotone maximum, as wake_from for readers: a
+ * stale announcement costs at most one wake-up; 0 means none), then try
+ * once more: paired with release_mutex()'s unlock-then-fence-then-check,
+ * either the unlock sees the announcement or we see the free word. */
+static int
+announce_writer_and_try(seqlock_t *sl, uint64_t u)
 {
-#ifdef MUTEX_WORD
-    __atomic_fetch_or(MUTEX_WORD(sl), FUTEX_WAITERS, __ATOMIC_RELAXED);
-#else
-    (void)sl;
-#endif
+    uint64_t cur = atomic_load_explicit(&sl->writers_from,
+                                        memory_order_relaxed);
+    while (cur <= u && !atomic_compare_exchange_weak_explicit(
+                           &sl->writers_from, &cur, u + 1,
+                           memory_order_seq_cst, memory_order_relaxed)) {
+    }
+    atomic_thread_fence(memory_order_seq_cst);
+    return try_mutex(sl);
 }
 
-/* Lock the mutex within timeout_ns: spin, yield, then sleep on its word.
- * Returns 0, EOWNERDEAD, ETIMEDOUT or another pthread error. */
+/* Lock the mutex within timeout_ns: spin, yield, then sleep on `unlocks`
+ * in naps.  Returns 0, EOWNERDEAD, ETIMEDOUT or another pthread error. */
 static int
 take_mutex(seqlock_t *sl, int64_t timeout_ns)
 {
-    int err = pthread_mutex_trylock(&sl->mutex);
+    int err = try_mutex(sl);
     if (err != EBUSY) {
         return err;
     }
@@ -386,11 +395,6 @@ take_mutex(seqlock_t *sl, int64_t timeout_ns)
     for (unsigned round = 0;; round++) {
         if (round < SPIN_ROUNDS) {
             cpu_relax();
-            /* Try only once the holder is leaving: spinning CASes would
-             * bounce the lock's cache line under its holder's feet. */
-            if (atomic_load_explicit(&sl->holder, memory_order_relaxed)) {
-                continue;
-            }
         }
         else if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
             sched_yield();
@@ -400,14 +404,16 @@ take_mutex(seqlock_t *sl, int64_t timeout_ns)
             if (nap == 0) {
                 return ETIMEDOUT;
             }
-            sleep_on_mutex(sl, nap);
-        }
-        err = pthread_mutex_trylock(&sl->mutex);
-        if (err != EBUSY) {
-            if ((err == 0 || err == EOWNERDEAD)
-                && round >= SPIN_ROUNDS + YIELD_ROUNDS) {
-                keep_waiters_flag(sl);
+            uint64_t u = atomic_load_explicit(&sl->unlocks,
+                                              memory_order_relaxed);
+            err = announce_writer_and_try(sl, u);
+            if (err != EBUSY) {
+                return err;
             }
+            (void)sleep_on(low_half(&sl->unlocks), (uint32_t)u, nap);
+        }
+        err = try_mutex(sl);
+        if (err != EBUSY) {
             return err;
         }
         if (deadline >= 0 && round < SPIN_ROUNDS + YIELD_ROUNDS
@@ -428,6 +434,9 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
     if (atomic_load_explicit(&sl->holder, memory_order_relaxed) == me) {
         return EDEADLK;
     }
+    if (held_locks >= SEQLOCK_MAX_HELD) {
+        return ENOLCK;
+    }
     int saved_errno = errno;
     err = take_mutex(sl, timeout_ns);
     errno = saved_errno;
@@ -439,7 +448,14 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
     else if (err != 0) {
         return err;
     }
+    held_locks++;
     atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+    if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
+        /* A taker before us could not repair this section: it is ours now,
+         * as from its dead writer. */
+        atomic_store_explicit(&sl->abandoned, 0, memory_order_relaxed);
+        err = EOWNERDEAD;
+    }
     return err;
 }
 
@@ -506,6 +522,23 @@ seqlock_close_section(seqlock_t *sl)
     return 0;
 }
 
+/* Release the mutex, then wake sleeping writers if one announced itself
+ * for this unlock (see announce_writer_and_try()). */
+static int
+release_mutex(seqlock_t *sl)
+{
+    held_locks--;
+    atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
+    int err = pthread_mutex_unlock(&sl->mutex);
+    uint64_t u = atomic_fetch_add_explicit(&sl->unlocks, 1,
+                                           memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&sl->writers_from, memory_order_relaxed) > u) {
+        wake_all_on(low_half(&sl->unlocks));
+    }
+    return err;
+}
+
 int
 seqlock_unlock(seqlock_t *sl)
 {
@@ -515,8 +548,22 @@ seqlock_unlock(seqlock_t *sl)
     if (seqlock_sequence(sl) & 1u) {
         end_section(sl); /* never leave readers waiting for a gone writer */
     }
-    atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
-    return pthread_mutex_unlock(&sl->mutex);
+    return release_mutex(sl);
+}
+
+int
+seqlock_abandon(seqlock_t *sl)
+{
+    if (!seqlock_held_by_me(sl)) {
+        return EPERM;
+    }
+    if (!(seqlock_sequence(sl) & 1u)) {
+        return EINVAL;
+    }
+    atomic_store_explicit(&sl->abandoned, 1, memory_order_release);
+    int err = release_mutex(sl);
+    wake_all_on(low_half(&sl->seqcount.sequence)); /* readers: look again */
+    return err;
 }
 
 /* ---- readers ---- */
@@ -702,7 +749,12 @@ repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
         p->undo(p->arg);
     }
     if (seqlock_sequence(sl) & 1u) {
-        end_section(sl);
+        if (p->undo != NULL) {
+            end_section(sl);
+        }
+        else { /* nothing can repair it: leave it to the next writer */
+            atomic_store_explicit(&sl->abandoned, 1, memory_order_relaxed);
+        }
     }
     atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
     (void)pthread_mutex_unlock(&sl->mutex);

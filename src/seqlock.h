@@ -46,20 +46,24 @@
  * process, exited thread) the kernel itself marks the word FUTEX_OWNER_DIED
  * and wakes a waiting writer, whatever PID namespace either lives in and
  * however soon its thread id is reused; the next taker hears EOWNERDEAD.
- * The mutex is only ever taken by trylock, and writers sleep on its word
- * (FUTEX_WAIT) rather than inside pthread_mutex_lock(): a thread that dies
- * asleep there is taken by the kernel for one that died taking the lock,
- * and marks it dead if its id equals the holder's, as pid 1 of one PID
- * namespace does pid 1 of another (seqlock.c, above sleep_on_mutex()).
+ * The mutex is only ever taken by trylock, and only when its word is free
+ * or marked dead; writers sleep on a futex of their own, not inside
+ * pthread_mutex_lock(), and never flag themselves in the mutex's word, so
+ * glibc's unlock makes no system call: a thread that dies while glibc has
+ * the mutex as its robust list's pending operation is taken by the kernel
+ * for its holder if the word holds its id, as pid 1 of one PID namespace
+ * does pid 1 of another.  That window is now a few instructions wide
+ * (seqlock.c, above take_mutex(); README: Owner identity, limits).
  * "Is this lock mine?" is answered by a 64-bit random token per thread
  * (new in a fork's child), stored beside the mutex by its holder; thread
  * ids, which mean something only in one PID namespace, are never compared.
  *
  * Waiting never burns a core for long: a waiter spins briefly with a CPU
- * pause hint, then yields, then sleeps: writers in the mutex, readers on a
- * futex on the counter (not _PRIVATE, so a seqlock_t in memory shared
- * between processes works), and the writer that ends a section wakes the
- * sleepers only if a sleeper announced itself.
+ * pause hint, then yields, then sleeps on a futex (not _PRIVATE, so a
+ * seqlock_t in memory shared between processes works): readers on the
+ * count, writers on a count of unlocks; a section's end or an unlock wakes
+ * sleepers only if one announced itself.  A sleeper of either kind also
+ * wakes every SEQLOCK_READER_NAP_MS to see whether the holder died.
  *
  * Signals stand in for interrupts: the _irq, _irqsave and _bh variants block
  * every maskable signal for the calling thread for the section and restore
@@ -115,10 +119,12 @@ typedef struct {
  * read by latch readers that never wait (seqlock_latch()). */
 typedef struct seqlock {
     seqcount_latch_t seqcount;  /* even: stable; odd: a write is open */
-    _Atomic uint64_t wake_from; /* highest count a sleeper waits on */
+    _Atomic uint64_t wake_from; /* highest count a reader sleeps on */
     _Atomic uint64_t holder;    /* the holder's token; 0 when free */
+    _Atomic uint64_t unlocks;   /* releases; writers sleep on it */
+    _Atomic uint64_t writers_from; /* 1 + highest `unlocks` a writer sleeps on */
     _Atomic uint32_t ready;     /* SEQLOCK_READY once mutex is set up */
-    uint32_t reserved;          /* zero */
+    _Atomic uint32_t abandoned; /* an open section nobody can finish */
     pthread_mutex_t mutex;      /* robust, process-shared lock word */
 } seqlock_t;
 
@@ -175,11 +181,14 @@ uint64_t seqlock_self(void);
 /**
  * seqlock_lock_excl_timed - take the lock word, leaving the sequence alone
  * timeout_ns < 0 waits for ever, 0 only tries.  Returns 0; ETIMEDOUT;
- * EDEADLK if the caller already holds it; EOWNERDEAD if its holder died:
- * the caller now holds it, and the sequence is odd if the dead holder was
- * inside a write section (repair the data, then seqlock_close_section());
- * ENOTRECOVERABLE or another pthread error if the mutex is broken.  The
- * mutex's acquire orders the caller's accesses after the last holder's.
+ * EDEADLK if the caller already holds it; ENOLCK if the caller holds
+ * SEQLOCK_MAX_HELD locks already (the kernel watches a dead thread's
+ * robust list only so far); EOWNERDEAD if its holder died or abandoned its
+ * section (seqlock_abandon()): the caller now holds it, and the sequence
+ * is odd if a write section was left open (repair the data, then
+ * seqlock_close_section()); ENOTRECOVERABLE or another pthread error if
+ * the mutex is broken.  The mutex's acquire orders the caller's accesses
+ * after the last holder's.
  */
 int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
 
@@ -211,6 +220,21 @@ int seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns);
  */
 int seqlock_close_section(seqlock_t *sl);
 
+/* How many locks one thread may hold at once: the kernel walks at most
+ * 2048 entries of a dead thread's robust list, which other robust mutexes
+ * share; a lock beyond them would outlive its dead holder unnoticed. */
+#define SEQLOCK_MAX_HELD 1024
+
+/**
+ * seqlock_abandon - release the lock word leaving its open section open
+ * For a taker (EOWNERDEAD) that cannot repair a dead writer's data (a
+ * SeqLock's Python objects): the section stays odd and is marked, so
+ * readers go on hearing EOWNERDEAD and the next writer takes it with
+ * EOWNERDEAD, as from the dead writer.  Returns 0, EPERM (not the holder)
+ * or EINVAL (no section is open).
+ */
+int seqlock_abandon(seqlock_t *sl);
+
 /**
  * seqlock_unlock - release the lock word the caller holds
  * Closes an open write section first (seqlock_close_section()).  The
@@ -238,9 +262,10 @@ int seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
 
 /**
  * seqlock_owner_died - nonzero if the lock word's holder died holding it
- * (the kernel marked it FUTEX_OWNER_DIED) and nobody has taken it since.
- * One relaxed load; async-signal-safe.  Always 0 where the C library's
- * mutex word cannot be read (only glibc's layout is known).
+ * (the kernel marked it FUTEX_OWNER_DIED) or a taker abandoned the dead
+ * holder's section, and no writer has taken it since.  Relaxed loads;
+ * async-signal-safe.  Where the C library's mutex word cannot be read
+ * (only glibc's layout is known), only an abandoned section is seen.
  */
 int seqlock_owner_died(const seqlock_t *sl);
 
@@ -265,7 +290,8 @@ void seqlock_die_(const char *what);
  * lock held by the forking thread stays held by it (under its new token:
  * its section goes on), and one held by any other thread is taken from
  * it: undo(arg) repairs its data (whether or not a section was open: the
- * count tells), the section is closed if open, and the lock released.  Never track a lock in memory shared with
+ * count tells) and the section, if open, is closed; without undo, an open
+ * section is abandoned (seqlock_abandon()); the lock is released.  Never track a lock in memory shared with
  * other processes: there the holder is a live thread of another process.
  */
 typedef struct seqlock_private {
@@ -486,12 +512,14 @@ seqlock_sequence(const seqlock_t *sl)
 
 /**
  * seqlock_is_locked - nonzero if some thread holds the lock word (or held
- * it when it died, until the lock is taken over).  A racy snapshot.
+ * it when it died, or its section was abandoned, until a writer takes it
+ * over).  A racy snapshot.
  */
 static inline int
 seqlock_is_locked(const seqlock_t *sl)
 {
-    return atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0;
+    return atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0
+           || atomic_load_explicit(&sl->abandoned, memory_order_relaxed);
 }
 
 /**

@@ -24,6 +24,9 @@ typedef struct {
     record_layout *layout;
     void *memory;    /* a record's own memory (SeqRecord()), else NULL */
     Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
+    /* The token of a thread whose open section's RecordWriter was freed
+     * by another thread: it undoes that section at its next write. */
+    _Atomic uint64_t dropped_section;
     PyObject *weakreflist;
 } SeqRecordObject;
 
@@ -128,16 +131,17 @@ field_or_keyerror(SeqRecordObject *self, PyObject *key)
     return f;
 }
 
-/* Encode the keyword arguments of update() into buf (laid out like the
- * data) and list the fields they set in which[]; 0 or -1. */
+/* Convert update()'s keyword values into buf (laid out like the data),
+ * marking the fields they set in chosen[].  The call's kwnames tuple and
+ * value array keep every name and value alive while their conversions
+ * run user code (__float__, a str subclass's __eq__).  0 or -1. */
 static int
-encode_values(const record_layout *layout, PyObject *kwargs,
-              unsigned char *buf, const field_spec **which, Py_ssize_t *n)
+encode_values(const record_layout *layout, PyObject *const *values,
+              PyObject *kwnames, unsigned char *buf, char *chosen)
 {
-    PyObject *name, *value;
-    Py_ssize_t pos = 0;
-    *n = 0;
-    while (kwargs != NULL && PyDict_Next(kwargs, &pos, &name, &value)) {
+    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
         const field_spec *f = layout_find(layout, name);
         if (f == NULL) {
             if (!PyErr_Occurred()) {
@@ -146,67 +150,95 @@ encode_values(const record_layout *layout, PyObject *kwargs,
             }
             return -1;
         }
-        if (field_encode(f, value, buf + f->offset) < 0) {
+        char *seen = &chosen[f - layout->fields];
+        if (*seen) { /* two names that compare equal to one field */
+            PyErr_Format(PyExc_TypeError,
+                         "update() got multiple values for field %R", name);
             return -1;
         }
-        which[(*n)++] = f;
+        *seen = 1;
+        if (field_encode(f, values[i], buf + f->offset) < 0) {
+            return -1;
+        }
     }
     return 0;
 }
 
 static void
-store_values(seqlock_word_t *data, const unsigned char *buf,
-             const field_spec **which, Py_ssize_t n)
+store_values(const record_layout *layout, seqlock_word_t *data,
+             const unsigned char *buf, const char *chosen)
 {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const field_spec *f = which[i];
-        record_store_bytes(data, f->offset, buf + f->offset,
-                           f->item_size * (size_t)f->count);
+    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
+        const field_spec *f = &layout->fields[i];
+        if (chosen[i]) {
+            record_store_bytes(data, f->offset, buf + f->offset,
+                               f->item_size * (size_t)f->count);
+        }
     }
 }
 
 static int check_in_section(RecordWriterObject *w);
 
-/* Convert every keyword first (that runs user code), then store them: in
+/* Open a write section.  First, if this thread holds a section whose
+ * writer another thread freed (no object can close it now), undo it. */
+static lock_status
+begin_write(SeqRecordObject *self, int64_t timeout_ns)
+{
+    uint64_t dropped = atomic_load_explicit(&self->dropped_section,
+                                            memory_order_relaxed);
+    if (dropped != 0 && dropped == seqlock_self()
+        && seqlock_held_by_me(&self->h->lock)) {
+        atomic_store_explicit(&self->dropped_section, 0,
+                              memory_order_relaxed);
+        (void)abort_write(&self->lock);
+    }
+    return lock_write(&self->lock, timeout_ns);
+}
+
+/* update(**values), as METH_FASTCALL | METH_KEYWORDS hands it over:
+ * convert every value first (that runs user code), then store them: in
  * writer's section if one is given (checked after the conversions, which
  * may have closed it), else in a write section of their own.  Nothing is
  * written unless every value converted. */
 static int
 update_fields(SeqRecordObject *self, RecordWriterObject *writer,
-              PyObject *kwargs)
+              PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
+    if (PyVectorcall_NARGS(nargsf) != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "update() takes the values as keywords only");
+        return -1;
+    }
     unsigned char stack[STACK_SNAPSHOT_BYTES];
-    size_t nbytes = self->h->data_bytes;
-    unsigned char *buf = scratch(stack, nbytes);
-    const field_spec **which = PyMem_Malloc(
-        sizeof(field_spec *) * (size_t)self->layout->nfields);
+    const record_layout *layout = self->layout;
+    unsigned char *buf = scratch(stack, self->h->data_bytes);
+    char *chosen = PyMem_Calloc((size_t)layout->nfields, 1);
     int result = -1;
-    Py_ssize_t n;
-    if (buf == NULL || which == NULL) {
-        if (which == NULL) {
+    if (buf == NULL || chosen == NULL) {
+        if (chosen == NULL) {
             PyErr_NoMemory();
         }
         goto done;
     }
-    if (encode_values(self->layout, kwargs, buf, which, &n) < 0) {
+    if (encode_values(layout, args, kwnames, buf, chosen) < 0) {
         goto done;
     }
     if (writer != NULL) {
         if (check_in_section(writer) < 0) {
             goto done;
         }
-        store_values(self->data, buf, which, n);
+        store_values(layout, self->data, buf, chosen);
     }
     else {
-        if (lock_write(&self->lock, -1) < 0) {
+        if (begin_write(self, -1) < 0) {
             goto done;
         }
-        store_values(self->data, buf, which, n);
+        store_values(layout, self->data, buf, chosen);
         (void)unlock_write(&self->lock);
     }
     result = 0;
 done:
-    PyMem_Free(which);
+    PyMem_Free(chosen);
     if (buf != NULL) {
         scratch_free(buf, stack);
     }
@@ -325,6 +357,11 @@ attach_mismatch(const record_header *found, size_t len,
     case RECORD_TOO_SMALL:
         buffer_too_small(layout, (Py_ssize_t)len);
         return -1;
+    case RECORD_BROKEN_LOCK:
+        PyErr_SetString(PyExc_ValueError,
+                        "the buffer's SeqRecord has no working lock word "
+                        "(overwritten, or not laid out by create())");
+        return -1;
     case RECORD_OTHER_LOCK_ABI:
         PyErr_Format(PyExc_ValueError,
                      "the buffer's SeqRecord was created by a build with "
@@ -395,9 +432,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                              self->layout) < 0) {
         goto error;
     }
-    bind_memory(self, self->view.buf,
-                memory_is_shared(self->view.buf, (size_t)self->view.len)
-                    == 0);
+    bind_memory(self, self->view.buf, buffer_is_private(&self->view));
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -632,14 +667,10 @@ PyDoc_STRVAR(SeqRecord_update_doc,
 "OverflowError, and then nothing is written (sequence unchanged).");
 
 static PyObject *
-SeqRecord_update(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
+SeqRecord_update(SeqRecordObject *self, PyObject *const *args,
+                 Py_ssize_t nargsf, PyObject *kwnames)
 {
-    if (PyTuple_GET_SIZE(args) != 0) {
-        PyErr_SetString(PyExc_TypeError,
-                        "update() takes the values as keywords only");
-        return NULL;
-    }
-    if (update_fields(self, NULL, kwargs) < 0) {
+    if (update_fields(self, NULL, args, nargsf, kwnames) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -734,7 +765,7 @@ static PyMethodDef SeqRecord_methods[] = {
     {"get", (PyCFunction)(void (*)(void))SeqRecord_get, METH_FASTCALL,
      SeqRecord_get_doc},
     {"update", (PyCFunction)(void (*)(void))SeqRecord_update,
-     METH_VARARGS | METH_KEYWORDS, SeqRecord_update_doc},
+     METH_FASTCALL | METH_KEYWORDS, SeqRecord_update_doc},
     {"write", (PyCFunction)(void (*)(void))SeqRecord_write,
      METH_VARARGS | METH_KEYWORDS, SeqRecord_write_doc},
     {"locked", (PyCFunction)SeqRecord_locked, METH_NOARGS,
@@ -839,13 +870,22 @@ static void
 RecordWriter_dealloc(RecordWriterObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    if (atomic_load_explicit(&self->active, memory_order_relaxed)
-        && seqlock_held_by_me(&self->record->h->lock)) {
+    if (atomic_load_explicit(&self->active, memory_order_relaxed)) {
         /* Dropped inside its section: undo it rather than leave the
-         * record locked for ever. */
-        PyObject *exc = PyErr_GetRaisedException();
-        (void)close_section(self, 1);
-        PyErr_SetRaisedException(exc);
+         * record locked for ever; on another thread than the holder's,
+         * tell the holder to undo it at its next write. */
+        seqlock_t *sl = &self->record->h->lock;
+        if (seqlock_held_by_me(sl)) {
+            PyObject *exc = PyErr_GetRaisedException();
+            (void)close_section(self, 1);
+            PyErr_SetRaisedException(exc);
+        }
+        else {
+            atomic_store_explicit(
+                &self->record->dropped_section,
+                atomic_load_explicit(&sl->holder, memory_order_relaxed),
+                memory_order_relaxed);
+        }
     }
     Py_DECREF(self->record);
     PyObject_Free(self);
@@ -855,8 +895,8 @@ RecordWriter_dealloc(RecordWriterObject *self)
 static PyObject *
 RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (entered_or_timed_out(lock_write(&self->record->lock,
-                                        self->timeout_ns)) < 0) {
+    if (entered_or_timed_out(begin_write(self->record,
+                                         self->timeout_ns)) < 0) {
         return NULL;
     }
     atomic_store_explicit(&self->active, 1, memory_order_relaxed);
@@ -874,15 +914,10 @@ RecordWriter_exit(RecordWriterObject *self, PyObject *const *args,
 }
 
 static PyObject *
-RecordWriter_update(RecordWriterObject *self, PyObject *args,
-                    PyObject *kwargs)
+RecordWriter_update(RecordWriterObject *self, PyObject *const *args,
+                    Py_ssize_t nargsf, PyObject *kwnames)
 {
-    if (PyTuple_GET_SIZE(args) != 0) {
-        PyErr_SetString(PyExc_TypeError,
-                        "update() takes the values as keywords only");
-        return NULL;
-    }
-    if (update_fields(self->record, self, kwargs) < 0) {
+    if (update_fields(self->record, self, args, nargsf, kwnames) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -959,7 +994,7 @@ static PyMethodDef RecordWriter_methods[] = {
      PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
                "Close the write section; if it raised, undo its changes.")},
     {"update", (PyCFunction)(void (*)(void))RecordWriter_update,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("update($self, /, **values)\n--\n\nSet several fields in "
                "this write section; all values are checked first.")},
     {NULL, NULL, 0, NULL},

@@ -410,20 +410,12 @@ reader_is_asleep(void *arg)
     return (seq & 1u) && atomic_load(&sl->wake_from) >= seq;
 }
 
-/* A writer about to sleep on the mutex word sets FUTEX_WAITERS in it
- * (glibc's layout; elsewhere, give it time to get there). */
+/* A writer about to sleep has announced the unlock count it sleeps on. */
 static int
 writer_is_asleep(void *arg)
 {
-#if defined(__GLIBC__)
     seqlock_t *sl = arg;
-    return (__atomic_load_n(&sl->mutex.__data.__lock, __ATOMIC_RELAXED)
-            & FUTEX_WAITERS) != 0;
-#else
-    (void)arg;
-    sleep_ms(100);
-    return 1;
-#endif
+    return atomic_load(&sl->writers_from) > atomic_load(&sl->unlocks);
 }
 
 /* Nonzero once a waiter has announced its sleep, and a little after, for
@@ -893,7 +885,8 @@ test_seqlock_init_makes_garbage_unlocked_with_sequence_zero(void)
     CHECK(!seqlock_is_locked(&sl));
     CHECK(atomic_load(&sl.wake_from) == 0);
     CHECK(atomic_load(&sl.ready) == SEQLOCK_READY);
-    CHECK(sl.reserved == 0);
+    CHECK(atomic_load(&sl.abandoned) == 0);
+    CHECK(atomic_load(&sl.unlocks) == 0 && atomic_load(&sl.writers_from) == 0);
     CHECK(!seqlock_owner_died(&sl));
     seqlock_destroy(&sl);
 }
@@ -2028,7 +2021,7 @@ time_waiter_through_holders_death(void *(*waiter_main)(void *),
 }
 
 static void
-test_writer_asleep_on_the_lock_wakes_at_once_when_the_holder_dies(void)
+test_writer_asleep_on_the_lock_sees_its_holder_die_within_a_nap(void)
 {
     time_waiter_through_holders_death(timed_writer_main, writer_is_asleep,
                                       "writer");
@@ -3476,7 +3469,7 @@ static const struct test tests[] = {
     TEST(test_read_seqlock_excl_closes_a_dead_writers_section,
          FORKS_OR_SIGNALS),
     TEST(test_timed_reader_reports_eownerdead_for_exited_thread, PLAIN),
-    TEST(test_writer_asleep_on_the_lock_wakes_at_once_when_the_holder_dies,
+    TEST(test_writer_asleep_on_the_lock_sees_its_holder_die_within_a_nap,
          FORKS_OR_SIGNALS),
     TEST(test_reader_asleep_sees_its_writer_die_within_a_nap,
          FORKS_OR_SIGNALS),
