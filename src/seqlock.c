@@ -1,19 +1,18 @@
 /*
- * seqlock.c - the slow paths of seqlock.h: the lock word (a robust,
- * process-shared pthread mutex), thread tokens, readers' waits and wake-
- * ups, fork repair of process-private locks, signal masks.  The fast paths
- * are inline in the header.
+ * seqlock.c - the slow paths of seqlock.h: the lock word and its beacon (a
+ * robust, process-shared pthread mutex), thread tokens, readers' waits and
+ * wake-ups, fork repair of process-private locks, signal masks.  The fast
+ * paths are inline in the header.
  *
  * Waiting escalates: SPIN_ROUNDS CPU pause hints (a write section is often
- * shorter than a sleep), then YIELD_ROUNDS sched_yield() calls, then sleep.
- * Writers sleep on a count of unlocks, which an unlock wakes; the kernel
- * marks the mutex at its holder's death (robust futex list), which a
- * sleeper sees at its nap's end.  Readers sleep on a futex on the low
- * half of the 64-bit count (FUTEX_WAIT, not _PRIVATE, so that a seqlock_t
- * in memory shared between processes works), in naps of at most
- * SEQLOCK_READER_NAP_MS, after each of which they look for the kernel's
- * FUTEX_OWNER_DIED mark.  Elsewhere than Linux, sleeping is a bounded
- * exponential back-off.
+ * shorter than a sleep), then YIELD_ROUNDS sched_yield() calls, then sleep
+ * on a futex (FUTEX_WAIT, not _PRIVATE, so that a seqlock_t in memory
+ * shared between processes works): writers on a count of releases, which a
+ * release wakes; readers on the low half of the 64-bit count, which a
+ * section's end wakes.  Sleeps are naps of at most SEQLOCK_READER_NAP_MS,
+ * after each of which a sleeper looks for the kernel's FUTEX_OWNER_DIED
+ * mark on the holder's beacon.  Elsewhere than Linux, sleeping is a
+ * bounded exponential back-off.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -234,10 +233,10 @@ seqlock_self(void)
     return t;
 }
 
-/* ---- the mutex ---- */
+/* ---- the beacon: a robust, process-shared mutex ---- */
 
 static int
-init_mutex(seqlock_t *sl)
+init_beacon(seqlock_t *sl)
 {
     pthread_mutexattr_t attr;
     int err = pthread_mutexattr_init(&attr);
@@ -251,7 +250,7 @@ init_mutex(seqlock_t *sl)
     }
 #endif
     if (err == 0) {
-        err = pthread_mutex_init(&sl->mutex, &attr);
+        err = pthread_mutex_init(&sl->beacon, &attr);
     }
     pthread_mutexattr_destroy(&attr);
     return err;
@@ -266,7 +265,7 @@ seqlock_init(seqlock_t *sl)
     atomic_init(&sl->unlocks, 0);
     atomic_init(&sl->writers_from, 0);
     atomic_init(&sl->abandoned, 0);
-    int err = init_mutex(sl);
+    int err = init_beacon(sl);
     atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
     return err;
 }
@@ -276,12 +275,12 @@ seqlock_destroy(seqlock_t *sl)
 {
     if (atomic_load_explicit(&sl->ready, memory_order_acquire)
         == SEQLOCK_READY) {
-        (void)pthread_mutex_destroy(&sl->mutex);
+        (void)pthread_mutex_destroy(&sl->beacon);
         atomic_store_explicit(&sl->ready, 0, memory_order_relaxed);
     }
 }
 
-/* A SEQLOCK_UNLOCKED lock gets its mutex from the first taker. */
+/* A SEQLOCK_UNLOCKED lock gets its beacon from the first taker. */
 static int
 ensure_ready(seqlock_t *sl)
 {
@@ -293,7 +292,7 @@ ensure_ready(seqlock_t *sl)
         }
         if (state == 0 && atomic_compare_exchange_strong(&sl->ready, &state,
                                                          INITIALISING)) {
-            int err = init_mutex(sl);
+            int err = init_beacon(sl);
             atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
                                   memory_order_release);
             return err;
@@ -305,11 +304,47 @@ ensure_ready(seqlock_t *sl)
     }
 }
 
-/* glibc keeps the robust futex word, which the kernel marks at the
- * holder's death and whose FUTEX_WAITERS bit its unlock honours, as the
- * mutex's first int (the kernel's robust-futex ABI fixes its meaning). */
+/*
+ * The lock word and its beacon.
+ *
+ * The lock word is `holder`: 0, or the holder's token, taken by a
+ * compare-and-swap.  The beacon is a robust, process-shared pthread mutex
+ * that the holder locks just after winning the word and unlocks just
+ * before giving it back; nobody else ever operates on it, except to take
+ * over from a dead holder.  When the holder dies, the kernel (robust futex
+ * list) marks the beacon FUTEX_OWNER_DIED, whatever PID namespace anyone
+ * lives in; a waiter that sees the mark takes the word from the dead token
+ * (one compare-and-swap wins), then the beacon (EOWNERDEAD).
+ *
+ * Why not the mutex as the lock itself: the kernel marks a robust mutex
+ * dead when a thread dies with it as its robust list's pending operation
+ * (inside pthread_mutex_trylock/lock/unlock) and the mutex's word holds
+ * the dying thread's id.  Ids are per PID namespace: pid 1 of one
+ * container is pid 1 of another.  A contended mutex is some thread's
+ * pending operation much of the time, and a contender that dies there with
+ * the holder's id (killed while trying) gets the live holder's lock marked
+ * dead and taken over.  Only the holder touching its beacon closes that:
+ * the only pending operations on a beacon are its own holder's.
+ *
+ * What is left: a holder that dies in the few instructions between
+ * winning the word and locking the beacon, or between unlocking the beacon
+ * and giving the word back (its gaps), leaves the word held and the beacon
+ * free and unmarked.  A waiter that sees that state, for the same holder,
+ * for GAP_NS takes over as from a dead holder.  That is safe even if the
+ * holder was only slow: a section is entered only with the beacon held
+ * (so a holder in its first gap that finds the beacon taken backs off),
+ * and a holder in its second gap has closed its section already.
+ */
+
+#define GAP_NS (100 * 1000 * 1000LL) /* 100 ms */
+
+/* How many lock words this thread holds (SEQLOCK_MAX_HELD). */
+static _Thread_local unsigned held_locks;
+
+/* The beacon's word as glibc keeps it: a robust futex, its first int
+ * (the kernel's robust-futex ABI fixes the meaning of its bits). */
 #if defined(__GLIBC__) && defined(__linux__)
-#define MUTEX_WORD(sl) (&(sl)->mutex.__data.__lock)
+#define BEACON_WORD(sl) (&(sl)->beacon.__data.__lock)
 #endif
 
 int
@@ -318,56 +353,111 @@ seqlock_owner_died(const seqlock_t *sl)
     if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
         return 1;
     }
-#ifdef MUTEX_WORD
-    int word = __atomic_load_n(MUTEX_WORD(sl), __ATOMIC_RELAXED);
-    return (word & FUTEX_OWNER_DIED) != 0;
+#ifdef BEACON_WORD
+    /* The acquire load of `ready` orders the peek after the beacon's
+     * setup (a SEQLOCK_UNLOCKED lock gets it from its first writer). */
+    return atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0
+           && atomic_load_explicit(&sl->ready, memory_order_acquire)
+                  == SEQLOCK_READY
+           && (__atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED)
+               & FUTEX_OWNER_DIED);
 #else
     return 0;
 #endif
 }
 
-/*
- * Why writers neither sleep inside pthread_mutex_lock() nor try a lock
- * they see held.  While glibc takes or releases a robust mutex, it names
- * it as the thread's robust list's pending operation; should the thread
- * die then, the kernel marks the mutex FUTEX_OWNER_DIED if the word holds
- * the dying thread's id.  In another PID namespace a live holder can have
- * that very id (two containers' pid 1), and its lock would be taken over.
- * So: trylock only when the word is free or already marked dead (a
- * pending trylock of a held lock would be that window, over and over, for
- * a poller); sleep on a futex of our own (`unlocks`), never inside
- * pthread_mutex_lock() (the whole sleep would be the window) and never
- * with FUTEX_WAITERS set in the mutex's word (glibc's unlock would make a
- * futex system call inside its window).  What is left is the few
- * instructions of glibc's own compare-and-swap and exchange.  The price:
- * the kernel wakes no sleeper at the holder's death; sleepers look for its
- * mark every WRITER_NAP_NS.
- */
-
-/* How many lock words this thread holds (SEQLOCK_MAX_HELD). */
-static _Thread_local unsigned held_locks;
-
-/* pthread_mutex_trylock(), when the word is free or its holder dead;
- * EBUSY otherwise, without opening glibc's pending window. */
+/* The holder is in one of its gaps (or died there): word held, beacon
+ * free and unmarked.  Never true without glibc's word to look at. */
 static int
-try_mutex(seqlock_t *sl)
+in_a_gap(const seqlock_t *sl)
 {
-#ifdef MUTEX_WORD
-    int word = __atomic_load_n(MUTEX_WORD(sl), __ATOMIC_RELAXED);
-    if (word != 0 && !(word & FUTEX_OWNER_DIED)) {
-        return EBUSY;
-    }
+#ifdef BEACON_WORD
+    return __atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED) == 0;
+#else
+    (void)sl;
+    return 0;
 #endif
-    return pthread_mutex_trylock(&sl->mutex);
+}
+
+/* How long this thread has seen one holder of one lock in a gap: kept
+ * per thread (a thread waits for one lock at a time) across the slices in
+ * which the binding waits, and on this thread's own clock. */
+struct gap_watch {
+    const seqlock_t *lock;
+    uint64_t holder;
+    int64_t since;
+};
+
+static _Thread_local struct gap_watch gap_watch;
+
+static void
+gap_ended(void)
+{
+    gap_watch.lock = NULL;
+}
+
+static int
+gap_expired(const seqlock_t *sl, uint64_t holder)
+{
+    int64_t now = monotonic_ns();
+    if (gap_watch.lock != sl || gap_watch.holder != holder) {
+        gap_watch = (struct gap_watch){sl, holder, now};
+        return 0;
+    }
+    return now - gap_watch.since >= GAP_NS;
+}
+
+/* Take the word once: free, or from a holder dead (or gone in a gap for
+ * GAP_NS).  Returns 0, EOWNERDEAD (taken over), EBUSY, or a pthread
+ * error with the word given back. */
+static int
+try_lock_word(seqlock_t *sl, uint64_t me)
+{
+    uint64_t h = atomic_load_explicit(&sl->holder, memory_order_relaxed);
+    int takeover = 0;
+    if (h != 0) {
+        if (!seqlock_owner_died(sl)) {
+            if (!in_a_gap(sl)) {
+                gap_ended();
+                return EBUSY;
+            }
+            if (!gap_expired(sl, h)) {
+                return EBUSY;
+            }
+        }
+        takeover = 1;
+    }
+    gap_ended();
+    if (!atomic_compare_exchange_strong_explicit(
+            &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
+        return EBUSY; /* another taker came first */
+    }
+    int err = pthread_mutex_trylock(&sl->beacon);
+    if (err == EOWNERDEAD) {
+        /* If we die repairing, the kernel marks the beacon again. */
+        (void)pthread_mutex_consistent(&sl->beacon);
+        return EOWNERDEAD;
+    }
+    if (err == 0) {
+        return takeover ? EOWNERDEAD : 0;
+    }
+    /* EBUSY: a holder we took for gone locked its beacon after all; or
+     * the beacon is broken.  Give the word back. */
+    uint64_t mine = me;
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->holder, &mine, takeover ? h : 0, memory_order_release,
+        memory_order_relaxed);
+    return err == EBUSY ? EBUSY : err;
 }
 
 /* Announce a writer that will sleep while `unlocks` is u, by raising
  * writers_from to u + 1 (a monotone maximum, as wake_from for readers: a
  * stale announcement costs at most one wake-up; 0 means none), then try
- * once more: paired with release_mutex()'s unlock-then-fence-then-check,
- * either the unlock sees the announcement or we see the free word. */
+ * once more: paired with release_lock_word()'s release-then-fence-then-
+ * check, either the release sees the announcement or we see the free
+ * word. */
 static int
-announce_writer_and_try(seqlock_t *sl, uint64_t u)
+announce_writer_and_try(seqlock_t *sl, uint64_t u, uint64_t me)
 {
     uint64_t cur = atomic_load_explicit(&sl->writers_from,
                                         memory_order_relaxed);
@@ -376,15 +466,16 @@ announce_writer_and_try(seqlock_t *sl, uint64_t u)
                            memory_order_seq_cst, memory_order_relaxed)) {
     }
     atomic_thread_fence(memory_order_seq_cst);
-    return try_mutex(sl);
+    return try_lock_word(sl, me);
 }
 
-/* Lock the mutex within timeout_ns: spin, yield, then sleep on `unlocks`
- * in naps.  Returns 0, EOWNERDEAD, ETIMEDOUT or another pthread error. */
+/* Take the word within timeout_ns: spin, yield, then sleep on `unlocks`
+ * in naps, at the end of each of which a dead holder's mark is seen.
+ * Returns 0, EOWNERDEAD, ETIMEDOUT or a pthread error. */
 static int
-take_mutex(seqlock_t *sl, int64_t timeout_ns)
+take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
 {
-    int err = try_mutex(sl);
+    int err = try_lock_word(sl, me);
     if (err != EBUSY) {
         return err;
     }
@@ -406,13 +497,13 @@ take_mutex(seqlock_t *sl, int64_t timeout_ns)
             }
             uint64_t u = atomic_load_explicit(&sl->unlocks,
                                               memory_order_relaxed);
-            err = announce_writer_and_try(sl, u);
+            err = announce_writer_and_try(sl, u, me);
             if (err != EBUSY) {
                 return err;
             }
             (void)sleep_on(low_half(&sl->unlocks), (uint32_t)u, nap);
         }
-        err = try_mutex(sl);
+        err = try_lock_word(sl, me);
         if (err != EBUSY) {
             return err;
         }
@@ -438,18 +529,12 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
         return ENOLCK;
     }
     int saved_errno = errno;
-    err = take_mutex(sl, timeout_ns);
+    err = take_lock_word(sl, me, timeout_ns);
     errno = saved_errno;
-    if (err == EOWNERDEAD) {
-        /* The section's data are the caller's to repair now; if it dies
-         * first, the kernel marks the word again for the next taker. */
-        (void)pthread_mutex_consistent(&sl->mutex);
-    }
-    else if (err != 0) {
+    if (err != 0 && err != EOWNERDEAD) {
         return err;
     }
     held_locks++;
-    atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
     if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
         /* A taker before us could not repair this section: it is ours now,
          * as from its dead writer. */
@@ -522,14 +607,18 @@ seqlock_close_section(seqlock_t *sl)
     return 0;
 }
 
-/* Release the mutex, then wake sleeping writers if one announced itself
- * for this unlock (see announce_writer_and_try()). */
+/* Unlock the beacon, give the word back (a compare-and-swap: a waiter
+ * that took us for dead in this gap has it now), then wake sleeping
+ * writers if one announced itself for this release (see
+ * announce_writer_and_try()). */
 static int
-release_mutex(seqlock_t *sl)
+release_lock_word(seqlock_t *sl)
 {
     held_locks--;
-    atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
-    int err = pthread_mutex_unlock(&sl->mutex);
+    int err = pthread_mutex_unlock(&sl->beacon);
+    uint64_t me = seqlock_self();
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->holder, &me, 0, memory_order_release, memory_order_relaxed);
     uint64_t u = atomic_fetch_add_explicit(&sl->unlocks, 1,
                                            memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
@@ -548,7 +637,7 @@ seqlock_unlock(seqlock_t *sl)
     if (seqlock_sequence(sl) & 1u) {
         end_section(sl); /* never leave readers waiting for a gone writer */
     }
-    return release_mutex(sl);
+    return release_lock_word(sl);
 }
 
 int
@@ -561,7 +650,7 @@ seqlock_abandon(seqlock_t *sl)
         return EINVAL;
     }
     atomic_store_explicit(&sl->abandoned, 1, memory_order_release);
-    int err = release_mutex(sl);
+    int err = release_lock_word(sl);
     wake_all_on(low_half(&sl->seqcount.sequence)); /* readers: look again */
     return err;
 }
@@ -718,33 +807,16 @@ repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
     if (holder == me) {
         return;
     }
-    if (holder != 0 && holder == forker) {
-        /* The forking thread keeps its lock: the mutex names its old
-         * thread id and sits on no robust list here, so make it anew. */
-        if (init_mutex(sl) == 0 && pthread_mutex_lock(&sl->mutex) == 0) {
-            atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
-        }
-        return;
-    }
-    int err = pthread_mutex_trylock(&sl->mutex);
-    if (err == 0) { /* free: nothing to repair */
-        (void)pthread_mutex_unlock(&sl->mutex);
-        return;
-    }
-    if (err == EBUSY) { /* held by a thread that does not exist here */
-        err = init_mutex(sl);
-        if (err == 0) {
-            err = pthread_mutex_lock(&sl->mutex);
-        }
-    }
-    else if (err == EOWNERDEAD) {
-        (void)pthread_mutex_consistent(&sl->mutex);
-        err = 0;
-    }
-    if (err != 0) {
-        return;
+    /* The beacon names a thread of the parent and sits on no robust list
+     * here: whoever holds the word in the child, make it anew. */
+    if (holder == 0 || init_beacon(sl) != 0
+        || pthread_mutex_lock(&sl->beacon) != 0) {
+        return; /* free (between sections nobody was in a gap), or broken */
     }
     atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+    if (holder == forker) {
+        return; /* the forking thread keeps its lock: its section goes on */
+    }
     if (p->undo != NULL) {
         p->undo(p->arg);
     }
@@ -756,8 +828,8 @@ repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
             atomic_store_explicit(&sl->abandoned, 1, memory_order_relaxed);
         }
     }
+    (void)pthread_mutex_unlock(&sl->beacon);
     atomic_store_explicit(&sl->holder, 0, memory_order_relaxed);
-    (void)pthread_mutex_unlock(&sl->mutex);
 }
 
 static void

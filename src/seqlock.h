@@ -41,22 +41,17 @@
  * The counter is 64 bits wide, so a reader paused across 2^32 writes still
  * sees a different count; the kernel API's unsigned values are its low half.
  *
- * The lock word is a robust, process-shared pthread mutex.  Its owner is
- * on the kernel's robust-futex list, so when the owning thread dies (killed
- * process, exited thread) the kernel itself marks the word FUTEX_OWNER_DIED
- * and wakes a waiting writer, whatever PID namespace either lives in and
- * however soon its thread id is reused; the next taker hears EOWNERDEAD.
- * The mutex is only ever taken by trylock, and only when its word is free
- * or marked dead; writers sleep on a futex of their own, not inside
- * pthread_mutex_lock(), and never flag themselves in the mutex's word, so
- * glibc's unlock makes no system call: a thread that dies while glibc has
- * the mutex as its robust list's pending operation is taken by the kernel
- * for its holder if the word holds its id, as pid 1 of one PID namespace
- * does pid 1 of another.  That window is now a few instructions wide
- * (seqlock.c, above take_mutex(); README: Owner identity, limits).
- * "Is this lock mine?" is answered by a 64-bit random token per thread
- * (new in a fork's child), stored beside the mutex by its holder; thread
- * ids, which mean something only in one PID namespace, are never compared.
+ * The lock word holds its holder's token: 64 random bits per thread (new
+ * in a fork's child), taken by compare-and-swap, so "is this lock mine?"
+ * never rests on a thread id (which means something only in one PID
+ * namespace, and is reused).  The holder also holds a beacon, a robust,
+ * process-shared pthread mutex nobody else touches while it lives: when
+ * the holder dies (killed process, exited thread) the kernel marks the
+ * beacon FUTEX_OWNER_DIED from its robust-futex list, whatever PID
+ * namespace anyone lives in and however soon the thread id is reused, and
+ * the next taker hears EOWNERDEAD.  (Used as the lock itself, a robust
+ * mutex can be marked dead by a contender that dies trying it with the
+ * holder's thread id, as pid 1 of another namespace has: seqlock.c.)
  *
  * Waiting never burns a core for long: a waiter spins briefly with a CPU
  * pause hint, then yields, then sleeps on a futex (not _PRIVATE, so a
@@ -120,15 +115,15 @@ typedef struct {
 typedef struct seqlock {
     seqcount_latch_t seqcount;  /* even: stable; odd: a write is open */
     _Atomic uint64_t wake_from; /* highest count a reader sleeps on */
-    _Atomic uint64_t holder;    /* the holder's token; 0 when free */
+    _Atomic uint64_t holder;    /* the lock word: the holder's token */
     _Atomic uint64_t unlocks;   /* releases; writers sleep on it */
     _Atomic uint64_t writers_from; /* 1 + highest `unlocks` a writer sleeps on */
-    _Atomic uint32_t ready;     /* SEQLOCK_READY once mutex is set up */
+    _Atomic uint32_t ready;     /* SEQLOCK_READY once the beacon is set up */
     _Atomic uint32_t abandoned; /* an open section nobody can finish */
-    pthread_mutex_t mutex;      /* robust, process-shared lock word */
+    pthread_mutex_t beacon;     /* robust, process-shared: the holder's */
 } seqlock_t;
 
-/* A static initialiser for a process-private lock: the mutex is set up by
+/* A static initialiser for a process-private lock: the beacon is set up by
  * the first writer (seqlock_init() does it at once; use that for memory
  * shared between processes). */
 #define SEQLOCK_UNLOCKED {.seqcount = SEQCNT_LATCH_ZERO(seqcount)}
@@ -153,7 +148,7 @@ typedef _Atomic seqlock_word_value_t seqlock_word_t;
 
 /**
  * seqlock_init - make *sl an unlocked seqlock with sequence 0
- * Sets up the robust, process-shared mutex.  Not safe against concurrent
+ * Sets up the beacon (a robust, process-shared mutex).  Not safe against concurrent
  * users: call before sharing the lock.  Returns 0, or the error of
  * pthread_mutex_init() (the lock is then unusable).
  */
@@ -187,8 +182,8 @@ uint64_t seqlock_self(void);
  * section (seqlock_abandon()): the caller now holds it, and the sequence
  * is odd if a write section was left open (repair the data, then
  * seqlock_close_section()); ENOTRECOVERABLE or another pthread error if
- * the mutex is broken.  The mutex's acquire orders the caller's accesses
- * after the last holder's.
+ * the beacon is broken.  The lock word's acquire orders the caller's
+ * accesses after the last holder's release.
  */
 int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
 
@@ -238,7 +233,7 @@ int seqlock_abandon(seqlock_t *sl);
 /**
  * seqlock_unlock - release the lock word the caller holds
  * Closes an open write section first (seqlock_close_section()).  The
- * mutex's release orders the caller's accesses before the next holder's.
+ * lock word's release orders the caller's accesses before the next holder's.
  * Returns 0 or EPERM (the caller does not hold it).
  */
 int seqlock_unlock(seqlock_t *sl);
@@ -253,8 +248,8 @@ int seqlock_unlock(seqlock_t *sl);
  * EOWNERDEAD: the writer died inside its section (take the lock with
  * seqlock_write_lock_timed() or seqlock_lock_excl_timed() to repair it).
  * Async-signal-safe.  A dead writer is seen within SEQLOCK_READER_NAP_MS
- * of sleeping, through the kernel's FUTEX_OWNER_DIED mark on the mutex
- * word (glibc); with another C library only a taker of the lock sees it.
+ * of sleeping, through the kernel's FUTEX_OWNER_DIED mark on the beacon
+ * word (glibc); with another C library a dead holder is not seen.
  */
 int seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
                              uint64_t *seq);
@@ -264,7 +259,7 @@ int seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
  * seqlock_owner_died - nonzero if the lock word's holder died holding it
  * (the kernel marked it FUTEX_OWNER_DIED) or a taker abandoned the dead
  * holder's section, and no writer has taken it since.  Relaxed loads;
- * async-signal-safe.  Where the C library's mutex word cannot be read
+ * async-signal-safe.  Where the C library's beacon's word cannot be read
  * (only glibc's layout is known), only an abandoned section is seen.
  */
 int seqlock_owner_died(const seqlock_t *sl);
@@ -416,7 +411,7 @@ write_seqlock(seqlock_t *sl)
         seqlock_die_(err == EDEADLK
                          ? "write_seqlock: the calling thread already holds "
                            "this seqlock"
-                         : "write_seqlock: the lock's mutex is broken");
+                         : "write_seqlock: the lock's beacon is broken");
     }
 }
 
@@ -459,13 +454,13 @@ read_seqlock_excl(seqlock_t *sl)
         seqlock_die_(err == EDEADLK
                          ? "read_seqlock_excl: the calling thread already "
                            "holds this seqlock"
-                         : "read_seqlock_excl: the lock's mutex is broken");
+                         : "read_seqlock_excl: the lock's beacon is broken");
     }
 }
 
 /**
  * read_sequnlock_excl - release the lock word taken by read_seqlock_excl
- * The mutex's release orders the section before the next holder's
+ * The lock word's release orders the section before the next holder's
  * acquire.  Aborts if the caller does not hold it.
  */
 static inline void
