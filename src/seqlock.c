@@ -9,9 +9,7 @@
  * on a futex (FUTEX_WAIT, not _PRIVATE, so that a seqlock_t in memory
  * shared between processes works): writers on a count of releases, which a
  * release wakes; readers on the low half of the 64-bit count, which a
- * section's end wakes.  Sleeps are naps of at most SEQLOCK_READER_NAP_MS,
- * after each of which a sleeper looks for the kernel's FUTEX_OWNER_DIED
- * mark on the holder's beacon.  Elsewhere than Linux, sleeping is a
+ * section's end wakes.  Elsewhere than Linux, sleeping is a
  * bounded exponential back-off.
  */
 #ifndef _GNU_SOURCE
@@ -39,9 +37,9 @@ enum {
 };
 #define NS_PER_SEC 1000000000LL
 #define READER_NAP_NS (SEQLOCK_READER_NAP_MS * 1000 * 1000LL)
-/* Writers are woken by an unlock; at a nap's end a sleeping writer looks
- * for its holder's death (the kernel wakes nobody on our futex). */
-#define WRITER_NAP_NS READER_NAP_NS
+/* Writers asleep on the beacon are woken by its unlock, or by the kernel
+ * at the holder's death: their nap is a safety net. */
+#define WRITER_NAP_NS (100 * 1000 * 1000LL)
 #define INITIALISING 1u
 
 static inline void
@@ -262,8 +260,7 @@ seqlock_init(seqlock_t *sl)
     seqcount_latch_init(&sl->seqcount);
     atomic_init(&sl->wake_from, 0);
     atomic_init(&sl->holder, 0);
-    atomic_init(&sl->unlocks, 0);
-    atomic_init(&sl->writers_from, 0);
+    atomic_init(&sl->starving, 0);
     atomic_init(&sl->abandoned, 0);
     int err = init_beacon(sl);
     atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
@@ -407,6 +404,49 @@ gap_expired(const seqlock_t *sl, uint64_t holder)
     return now - gap_watch.since >= GAP_NS;
 }
 
+/*
+ * Fairness.  The lock word is taken by whoever tries first when it comes
+ * free (no queue), and a writer that releases and retakes at once can
+ * keep a sleeper out for ever (a reader's locking pass in a write storm).
+ * So a sleeper that has waited STARVE_NS names itself in `starving`; then
+ * others leave the free word to it (the release wakes every sleeper) for
+ * up to STARVE_GRACE_NS, after which they take it as if nobody were
+ * starving: a starving waiter that died or stopped cannot hold them off.
+ */
+#define STARVE_NS (1000 * 1000LL)        /* 1 ms */
+#define STARVE_GRACE_NS (5 * 1000 * 1000LL) /* 5 ms */
+
+static _Thread_local struct {
+    const seqlock_t *lock;
+    int64_t since;
+} held_off;
+
+/* Nonzero if another's starvation asks us to keep off the free word now. */
+static int
+keep_off(seqlock_t *sl, uint64_t me)
+{
+    uint64_t starving = atomic_load_explicit(&sl->starving,
+                                             memory_order_relaxed);
+    if (starving == 0 || starving == me) {
+        return 0;
+    }
+    int64_t now = monotonic_ns();
+    if (held_off.lock != sl) {
+        held_off.lock = sl;
+        held_off.since = now;
+        return 1;
+    }
+    if (now - held_off.since < STARVE_GRACE_NS) {
+        return 1;
+    }
+    /* The starving waiter did not come: forget it. */
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &starving, 0, memory_order_relaxed,
+        memory_order_relaxed);
+    held_off.lock = NULL;
+    return 0;
+}
+
 /* Take the word once: free, or from a holder dead (or gone in a gap for
  * GAP_NS).  Returns 0, EOWNERDEAD (taken over), EBUSY, or a pthread
  * error with the word given back. */
@@ -415,6 +455,10 @@ try_lock_word(seqlock_t *sl, uint64_t me)
 {
     uint64_t h = atomic_load_explicit(&sl->holder, memory_order_relaxed);
     int takeover = 0;
+    if (h == 0 && keep_off(sl, me)) {
+        return EBUSY;
+    }
+    held_off.lock = NULL;
     if (h != 0) {
         if (!seqlock_owner_died(sl)) {
             if (!in_a_gap(sl)) {
@@ -450,28 +494,54 @@ try_lock_word(seqlock_t *sl, uint64_t me)
     return err == EBUSY ? EBUSY : err;
 }
 
-/* Announce a writer that will sleep while `unlocks` is u, by raising
- * writers_from to u + 1 (a monotone maximum, as wake_from for readers: a
- * stale announcement costs at most one wake-up; 0 means none), then try
- * once more: paired with release_lock_word()'s release-then-fence-then-
- * check, either the release sees the announcement or we see the free
- * word. */
-static int
-announce_writer_and_try(seqlock_t *sl, uint64_t u, uint64_t me)
+/* Sleep while the holder holds its beacon, at most nap_ns: on the
+ * beacon's word, with FUTEX_WAITERS set as glibc's own waiters set it, so
+ * that the holder's unlock wakes one sleeper, and so does the kernel the
+ * moment the holder dies.  (Only the holder's own pending operations
+ * touch the beacon: waiting here opens no window for a contender.)  In a
+ * gap (word free, holder set) yield: it lasts instructions.  Without
+ * glibc's word to look at, nap 1 ms. */
+static void
+sleep_on_beacon(seqlock_t *sl, int64_t nap_ns)
 {
-    uint64_t cur = atomic_load_explicit(&sl->writers_from,
-                                        memory_order_relaxed);
-    while (cur <= u && !atomic_compare_exchange_weak_explicit(
-                           &sl->writers_from, &cur, u + 1,
-                           memory_order_seq_cst, memory_order_relaxed)) {
+#ifdef BEACON_WORD
+    int *word = BEACON_WORD(sl);
+    int seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+    if (seen == 0 || (seen & FUTEX_OWNER_DIED)) {
+        sched_yield(); /* a gap, or dead: try again */
+        return;
     }
-    atomic_thread_fence(memory_order_seq_cst);
-    return try_lock_word(sl, me);
+    if (!(seen & FUTEX_WAITERS)) {
+        if (!__atomic_compare_exchange_n(word, &seen, seen | FUTEX_WAITERS,
+                                         0, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED)) {
+            return; /* it changed: try again */
+        }
+        seen |= FUTEX_WAITERS;
+    }
+    struct timespec ts = timespec_of(nap_ns);
+    (void)syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
+#else
+    struct timespec ts = timespec_of(nap_ns < 1000000 ? nap_ns : 1000000);
+    (void)nanosleep(&ts, NULL);
+#endif
 }
 
-/* Take the word within timeout_ns: spin, yield, then sleep on `unlocks`
- * in naps, at the end of each of which a dead holder's mark is seen.
- * Returns 0, EOWNERDEAD, ETIMEDOUT or a pthread error. */
+/* A writer that slept and then took the beacon keeps FUTEX_WAITERS set in
+ * it, as glibc's own lock does: another sleeper may remain, and the unlock
+ * must wake it (a trylock writes the bare thread id). */
+static void
+keep_waiters_flag(seqlock_t *sl)
+{
+#ifdef BEACON_WORD
+    __atomic_fetch_or(BEACON_WORD(sl), FUTEX_WAITERS, __ATOMIC_RELAXED);
+#else
+    (void)sl;
+#endif
+}
+
+/* Take the word within timeout_ns: spin, yield, then sleep on the
+ * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT or a pthread error. */
 static int
 take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
 {
@@ -483,6 +553,8 @@ take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
         return ETIMEDOUT;
     }
     int64_t deadline = deadline_after(timeout_ns);
+    int64_t first_sleep = 0;
+    int slept = 0;
     for (unsigned round = 0;; round++) {
         if (round < SPIN_ROUNDS) {
             cpu_relax();
@@ -493,25 +565,38 @@ take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
         else {
             int64_t nap = next_nap_ns(deadline, WRITER_NAP_NS);
             if (nap == 0) {
-                return ETIMEDOUT;
+                err = ETIMEDOUT;
+                break;
             }
-            uint64_t u = atomic_load_explicit(&sl->unlocks,
-                                              memory_order_relaxed);
-            err = announce_writer_and_try(sl, u, me);
-            if (err != EBUSY) {
-                return err;
+            if (!slept) {
+                first_sleep = monotonic_ns();
             }
-            (void)sleep_on(low_half(&sl->unlocks), (uint32_t)u, nap);
+            else if (monotonic_ns() - first_sleep >= STARVE_NS) {
+                uint64_t none = 0;
+                (void)atomic_compare_exchange_strong_explicit(
+                    &sl->starving, &none, me, memory_order_relaxed,
+                    memory_order_relaxed);
+            }
+            sleep_on_beacon(sl, nap);
+            slept = 1;
         }
         err = try_lock_word(sl, me);
         if (err != EBUSY) {
-            return err;
+            if (slept && (err == 0 || err == EOWNERDEAD)) {
+                keep_waiters_flag(sl);
+            }
+            break;
         }
         if (deadline >= 0 && round < SPIN_ROUNDS + YIELD_ROUNDS
             && round % 16 == 15 && monotonic_ns() >= deadline) {
-            return ETIMEDOUT;
+            err = ETIMEDOUT;
+            break;
         }
     }
+    uint64_t mine = me; /* no longer waiting: taken, or given up */
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &mine, 0, memory_order_relaxed, memory_order_relaxed);
+    return err;
 }
 
 int
@@ -607,10 +692,9 @@ seqlock_close_section(seqlock_t *sl)
     return 0;
 }
 
-/* Unlock the beacon, give the word back (a compare-and-swap: a waiter
- * that took us for dead in this gap has it now), then wake sleeping
- * writers if one announced itself for this release (see
- * announce_writer_and_try()). */
+/* Unlock the beacon (glibc wakes a writer asleep on it), then give the
+ * word back: a compare-and-swap, as a waiter that took us for dead in
+ * this gap has it now. */
 static int
 release_lock_word(seqlock_t *sl)
 {
@@ -619,12 +703,12 @@ release_lock_word(seqlock_t *sl)
     uint64_t me = seqlock_self();
     (void)atomic_compare_exchange_strong_explicit(
         &sl->holder, &me, 0, memory_order_release, memory_order_relaxed);
-    uint64_t u = atomic_fetch_add_explicit(&sl->unlocks, 1,
-                                           memory_order_seq_cst);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&sl->writers_from, memory_order_relaxed) > u) {
-        wake_all_on(low_half(&sl->unlocks));
+#ifdef BEACON_WORD
+    if (atomic_load_explicit(&sl->starving, memory_order_relaxed)) {
+        /* glibc woke one sleeper; the starving one must come too */
+        wake_all_on((_Atomic uint32_t *)BEACON_WORD(sl));
     }
+#endif
     return err;
 }
 

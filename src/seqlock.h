@@ -55,10 +55,11 @@
  *
  * Waiting never burns a core for long: a waiter spins briefly with a CPU
  * pause hint, then yields, then sleeps on a futex (not _PRIVATE, so a
- * seqlock_t in memory shared between processes works): readers on the
- * count, writers on a count of unlocks; a section's end or an unlock wakes
- * sleepers only if one announced itself.  A sleeper of either kind also
- * wakes every SEQLOCK_READER_NAP_MS to see whether the holder died.
+ * seqlock_t in memory shared between processes works).  Writers sleep on
+ * the holder's beacon, where its unlock wakes one and the kernel wakes one
+ * the moment the holder dies; readers sleep on the count, where a
+ * section's end wakes them only if one announced itself, and look for a
+ * dead writer every SEQLOCK_READER_NAP_MS.
  *
  * Signals stand in for interrupts: the _irq, _irqsave and _bh variants block
  * every maskable signal for the calling thread for the section and restore
@@ -116,8 +117,7 @@ typedef struct seqlock {
     seqcount_latch_t seqcount;  /* even: stable; odd: a write is open */
     _Atomic uint64_t wake_from; /* highest count a reader sleeps on */
     _Atomic uint64_t holder;    /* the lock word: the holder's token */
-    _Atomic uint64_t unlocks;   /* releases; writers sleep on it */
-    _Atomic uint64_t writers_from; /* 1 + highest `unlocks` a writer sleeps on */
+    _Atomic uint64_t starving;  /* token of a writer waiting too long */
     _Atomic uint32_t ready;     /* SEQLOCK_READY once the beacon is set up */
     _Atomic uint32_t abandoned; /* an open section nobody can finish */
     pthread_mutex_t beacon;     /* robust, process-shared: the holder's */
