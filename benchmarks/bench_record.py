@@ -38,12 +38,12 @@ from multiprocessing import shared_memory
 from seqlock_py import SeqRecord
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import fmt_rate, interpreter_info, loadavg, run_phase  # noqa: E402
+from harness import (UNROLL, attach_shm, calibrate, call_loop,  # noqa: E402
+                     fmt_rate, interpreter_info, loadavg, run_phase)
 
 FIELDS = {"a": "d", "b": "d", "c": "d", "d": "d"}
 CHUNK = 256          # reads between two clock checks
 WRITE_PERIOD = 0.001  # the writer sleeps this long between writes
-UNROLL = 10          # calls per loop iteration in the single-thread timings
 
 # The targets: (ratio name, comparison, bound).
 TARGETS = {
@@ -296,25 +296,6 @@ def bench_threads(args, out):
 
 # ---- single thread: read_into against near-empty C calls -----------------
 
-def _loop_noargs(fn, n):
-    rng = range(n)
-    clock = time.perf_counter
-    t0 = clock()
-    for _ in rng:
-        fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn()
-    return clock() - t0
-
-
-def _loop_onearg(fn, arg, n):
-    rng = range(n)
-    clock = time.perf_counter
-    t0 = clock()
-    for _ in rng:
-        fn(arg); fn(arg); fn(arg); fn(arg); fn(arg)
-        fn(arg); fn(arg); fn(arg); fn(arg); fn(arg)
-    return clock() - t0
-
-
 def single_variants():
     rec = SeqRecord(**FIELDS)
     # A record some writer has used: its sequence is past CPython's cached
@@ -326,54 +307,45 @@ def single_variants():
     ba = bytearray(rec.nbytes)
     arr = array.array("d", bytes(rec.nbytes))
     assert len(arr) == 4
-    # name: (loop, fn, arg, what it is)
+    # name: (fn, arg, what it is)
     return {
         "rec.locked()": (
-            _loop_noargs, rec.locked, None,
+            rec.locked, None,
             "baseline: METH_NOARGS on the record, one load, returns a bool"),
         "callable(ba)": (
-            _loop_onearg, callable, ba,
+            callable, ba,
             "METH_O builtin function (not on the record), returns a bool"),
         "rec.get('nope')": (
-            _loop_onearg, rec.get, "nope",
+            rec.get, "nope",
             "METH_FASTCALL on the record: a dict miss, returns None"),
         "rec.read_into(bytearray)": (
-            _loop_onearg, rec.read_into, ba,
+            rec.read_into, ba,
             "METH_O: buffer export + snapshot + int(sequence)"),
         "rec.read_into(array('d'))": (
-            _loop_onearg, rec.read_into, arr, "the same into an array('d')"),
+            rec.read_into, arr, "the same into an array('d')"),
         "fresh.read_into(bytearray)": (
-            _loop_onearg, fresh.read_into, ba,
+            fresh.read_into, ba,
             "the same, sequence 2 (a cached small int)"),
         "rec.read()": (
-            _loop_noargs, rec.read, None,
+            rec.read, None,
             "METH_NOARGS: snapshot + a tuple of 4 new floats"),
     }
 
 
-def _calibrate(loop, fn, arg, seconds):
-    n = 1
-    while True:
-        t = loop(fn, n) if arg is None else loop(fn, arg, n)
-        if t >= seconds / 5 or n >= 1 << 30:
-            return max(1, int(n * seconds / max(t, 1e-9)))
-        n *= 4
-
-
 def bench_single(args, out):
     variants = single_variants()
-    sizes = {name: _calibrate(loop, fn, arg, args.seconds)
-             for name, (loop, fn, arg, _) in variants.items()}
+    sizes = {name: calibrate(lambda n: call_loop(fn, arg, n), args.seconds)
+             for name, (fn, arg, _) in variants.items()}
     samples = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, (loop, fn, arg, _) in variants.items():
+        for name, (fn, arg, _) in variants.items():
             n = sizes[name]
-            t = loop(fn, n) if arg is None else loop(fn, arg, n)
+            t = call_loop(fn, arg, n)
             samples[name].append(t / (n * UNROLL) * 1e9)
     med = {k: statistics.median(v) for k, v in samples.items()}
     out["single"] = {
         "ns_per_call": med,
-        "what": {k: v[3] for k, v in variants.items()},
+        "what": {k: v[2] for k, v in variants.items()},
         "samples": samples,
     }
     base = med["rec.locked()"]
@@ -399,15 +371,9 @@ PROC_CONTENDERS = ["rec.read", "rec.read_into", "mp.Lock"]
 DOUBLES = struct.Struct("4d")
 
 
-def _attach(name):
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)
-    return shared_memory.SharedMemory(name=name)
-
-
 def proc_reader(rec_name, raw_name, lock, barrier, results, plan, seconds):
-    rec_shm = _attach(rec_name)
-    raw_shm = _attach(raw_name)
+    rec_shm = attach_shm(rec_name)
+    raw_shm = attach_shm(raw_name)
     rec = SeqRecord.attach(rec_shm.buf, **FIELDS)
     try:
         for rnd, name in plan:
@@ -481,8 +447,8 @@ def _proc_read_lock(buf, lock, barrier, seconds):
 
 
 def proc_writer(rec_name, raw_name, lock, barrier, results, plan, seconds):
-    rec_shm = _attach(rec_name)
-    raw_shm = _attach(raw_name)
+    rec_shm = attach_shm(rec_name)
+    raw_shm = attach_shm(raw_name)
     rec = SeqRecord.attach(rec_shm.buf, **FIELDS)
     buf = raw_shm.buf
     pack_into = DOUBLES.pack_into

@@ -29,7 +29,6 @@ listed as such in the output and the JSON.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -39,9 +38,10 @@ from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (fmt_rate, interpreter_info, loadavg,  # noqa: E402
-                     machine_info, percentile, run_phase, summary,
-                     thread_counts)
+from harness import (fmt_rate, interpreter_info,  # noqa: E402
+                     interpreter_label, load_results, loadavg, machine_info,
+                     measured_on, parse_list, percentile, run_phase,
+                     summary, thread_counts, write_json)
 
 from seqlock_py import SeqLock, SeqRecord  # noqa: E402
 
@@ -396,20 +396,14 @@ def run(args):
         path = os.path.join(HERE, "results",
                             f"{out['interpreter']['tag']}.json")
     if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(out, f, indent=1)
-            f.write("\n")
-        print(f"# wrote {path}")
+        write_json(path, out)
     return 0
 
 
 # ---- plots and the README table ------------------------------------------
 
 def _label(out):
-    info = out["interpreter"]
-    return (f"CPython {info['python']}"
-            + (" free-threaded" if info["free_threaded"] else " (GIL)"))
+    return interpreter_label(out["interpreter"])
 
 
 def _by(out):
@@ -455,11 +449,7 @@ def plot(paths, outdir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    outs = []
-    for p in paths:
-        with open(p) as f:
-            outs.append(json.load(f))
-    outs.sort(key=lambda o: o["interpreter"]["free_threaded"])
+    outs = load_results(paths)
     names = []
     for o in outs:
         names += [n for n in o["contenders"] if n not in names]
@@ -537,16 +527,8 @@ def plot(paths, outdir):
     plt.close(fig)
     print(f"# wrote {p1}\n# wrote {p2}\n", file=sys.stderr)
     print(markdown_table(outs))
-    m = outs[0]["machine"]
-    print(f"Measured on {m.get('cpu', '?')}, {m['cpu_count']} logical CPUs, "
-          f"{m.get('memory_gib', '?')} GiB, {m['platform']}; "
-          + "; ".join(f"{_label(o)} on {o['date']}, load "
-                      f"{o['load_before']:.2f}" for o in outs))
+    print(measured_on(outs))
     return 0
-
-
-def parse_list(text, conv=str):
-    return [conv(x.strip()) for x in text.split(",") if x.strip()]
 
 
 def main(argv=None):

@@ -1,8 +1,9 @@
 """Shared benchmark harness: interpreter facts, summary statistics, and one
 "readers against a writer" phase run on threads.
 
-Used by bench_record.py and compare.py (both put this folder on sys.path
-themselves, because they run under ``python -P``).  Stdlib only.
+Used by bench_record.py, compare.py and bench_latch.py (each puts this
+folder on sys.path itself, because they run under ``python -P``).  Stdlib
+only.
 
 A phase: one writer thread writes (at a fixed pause, or in a tight loop) and
 times each write; ``nthreads`` reader threads are started behind a
@@ -13,6 +14,7 @@ bumps its reference count).
 """
 
 import array
+import json
 import os
 import platform
 import statistics
@@ -64,6 +66,54 @@ def loadavg():
         return float("nan")
 
 
+def interpreter_label(info):
+    """'CPython 3.13.5 free-threaded' or 'CPython 3.11.7 (GIL)'."""
+    return (f"CPython {info['python']}"
+            + (" free-threaded" if info["free_threaded"] else " (GIL)"))
+
+
+def measured_on(outs):
+    """One line naming the machine and each result's interpreter, date and
+    load average, for the tables under a plot."""
+    m = outs[0]["machine"]
+    return (f"Measured on {m.get('cpu', '?')}, {m['cpu_count']} logical CPUs, "
+            f"{m.get('memory_gib', '?')} GiB, {m['platform']}; "
+            + "; ".join(f"{interpreter_label(o['interpreter'])} on "
+                        f"{o['date']}, load {o['load_before']:.2f}"
+                        for o in outs))
+
+
+def write_json(path, out):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"# wrote {path}")
+
+
+def load_results(paths):
+    """The JSON results at paths, the GIL build's first."""
+    outs = []
+    for p in paths:
+        with open(p) as f:
+            outs.append(json.load(f))
+    return sorted(outs, key=lambda o: o["interpreter"]["free_threaded"])
+
+
+def attach_shm(name):
+    """Open an existing SharedMemory block without registering it with this
+    process's resource tracker (its creator unlinks it)."""
+    from multiprocessing import shared_memory
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    return shared_memory.SharedMemory(name=name)
+
+
+def parse_list(text, conv=str):
+    """'a, b,c' -> [conv('a'), conv('b'), conv('c')] (command-line lists)."""
+    return [conv(x.strip()) for x in text.split(",") if x.strip()]
+
+
 def fmt_rate(r):
     return f"{r / 1e6:8.2f} M/s" if r >= 1e6 else f"{r / 1e3:8.1f} k/s"
 
@@ -82,6 +132,37 @@ def summary(samples):
     spread = (max(samples) - min(samples)) / med if med else float("nan")
     return {"median": med, "min": min(samples), "max": max(samples),
             "spread": spread, "samples": list(samples)}
+
+
+UNROLL = 10  # calls per loop iteration in call_loop
+
+
+def call_loop(fn, arg, n):
+    """Seconds taken by n * UNROLL calls of fn() (arg None) or fn(arg), made
+    from a local, ten per iteration, so the loop itself costs little."""
+    rng = range(n)
+    clock = time.perf_counter
+    if arg is None:
+        t0 = clock()
+        for _ in rng:
+            fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn()
+        return clock() - t0
+    t0 = clock()
+    for _ in rng:
+        fn(arg); fn(arg); fn(arg); fn(arg); fn(arg)
+        fn(arg); fn(arg); fn(arg); fn(arg); fn(arg)
+    return clock() - t0
+
+
+def calibrate(run, seconds):
+    """n such that run(n), which returns the seconds it took, lasts about
+    `seconds`."""
+    n = 1
+    while True:
+        t = run(n)
+        if t >= seconds / 5 or n >= 1 << 30:
+            return max(1, int(n * seconds / max(t, 1e-9)))
+        n *= 4
 
 
 def thread_counts(cpu=None):

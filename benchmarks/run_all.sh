@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # benchmarks/run_all.sh - the whole comparison, one command:
-# benchmarks/compare.py under the normal and the free-threaded CPython, each
-# in its own virtual environment (build/bench-venv/<tag>) with the package
-# and the optional extra "bench" installed, then the plots and the README
-# table from both results.
+# benchmarks/compare.py and benchmarks/bench_latch.py under the normal and
+# the free-threaded CPython, each in its own virtual environment
+# (build/bench-venv/<tag>) with the package and the optional extra "bench"
+# installed, then the plots and the README tables from both results.
 #
 #   SEQLOCK_PYTHON     the normal interpreter (default: python3)
 #   SEQLOCK_FT_PYTHON  a free-threaded one (default: tools/ft-python)
-#   extra arguments go to compare.py (e.g. --quick, --repeats 3)
+#   extra arguments go to compare.py (e.g. --quick, --repeats 3);
+#   bench_latch.py runs with its defaults (about 3 minutes per interpreter)
 #
 # Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png
-# and table.md.  Contenders without a binary wheel for an interpreter are
-# skipped there (never built from source) and listed in its output.
+# and table.md; latch-<tag>.json, reader_latency.png and latch_table.md.
+# Contenders without a binary wheel for an interpreter are skipped there
+# (never built from source) and listed in its output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,6 +24,7 @@ mkdir -p "$RESULTS"
 NORMAL=$(command -v "${SEQLOCK_PYTHON:-python3}")
 FREE=$(tools/ft-python)
 jsons=()
+latch_jsons=()
 for py in "$NORMAL" "$FREE"; do
     tag=$("$py" -c 'import sys, sysconfig
 print(sys.implementation.cache_tag + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))')
@@ -36,9 +39,14 @@ print(sys.implementation.cache_tag + ("t" if sysconfig.get_config_var("Py_GIL_DI
     # -P: import the installed package, not the source folder.
     "$venv/bin/python" -P benchmarks/compare.py --json "$RESULTS/$tag.json" "$@"
     jsons+=("$RESULTS/$tag.json")
+    "$venv/bin/python" -P benchmarks/bench_latch.py \
+        --json "$RESULTS/latch-$tag.json"
+    latch_jsons+=("$RESULTS/latch-$tag.json")
     if [ "$py" = "$NORMAL" ]; then normal_venv=$venv; fi
 done
 
 printf '\n==> plots and table\n'
 "$normal_venv/bin/python" -P benchmarks/compare.py --plot "${jsons[@]}" \
     --outdir "$RESULTS" | tee "$RESULTS/table.md"
+"$normal_venv/bin/python" -P benchmarks/bench_latch.py \
+    --plot "${latch_jsons[@]}" --outdir "$RESULTS" | tee "$RESULTS/latch_table.md"
