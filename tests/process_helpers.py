@@ -84,6 +84,29 @@ def in_forked_child(check, *, timeout=CHILD_TIMEOUT, before_fork=None):
         os.close(read_end)
 
 
+def next_pid_will_be(pid):
+    """In a child script running in its own PID namespace: make the next
+    thread or process created there get id ``pid`` (ns_last_pid); exit 77,
+    which skips the test, where that is refused."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+    except OSError as exc:
+        print("cannot choose the next pid:", exc, flush=True)
+        sys.exit(77)
+
+
+def run_in_thread_with_id(fn, tid):
+    """In a child script: run fn() in a new thread whose id (in this PID
+    namespace) is tid; see next_pid_will_be()."""
+    import threading
+
+    next_pid_will_be(tid)
+    thread = threading.Thread(target=fn)
+    thread.start()
+    thread.join()
+
+
 def wait_for_pid(pid, timeout):
     """Reap child ``pid``; return its exit code (negative: killed by that
     signal).  Kill it and fail the test if it runs past ``timeout``."""

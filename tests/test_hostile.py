@@ -33,6 +33,7 @@ from process_helpers import (
     python_command,
     require_pid_namespaces,
     run_python,
+    wait_for_pid,
 )
 from record_helpers import map_shared_memory
 from seqlock_py import SeqLock, SeqRecord
@@ -445,6 +446,7 @@ def shared_record():
 HOLD_WITH_THREAD_ID = """
 import sys, threading, traceback
 from record_helpers import open_shared_record
+from process_helpers import run_in_thread_with_id
 
 rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
 completed = []
@@ -461,15 +463,7 @@ def hold():
     except BaseException:
         traceback.print_exc()
 
-try:
-    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-        f.write(str(int(sys.argv[2]) - 1))
-except OSError as exc:
-    print("cannot choose the writer's thread id:", exc, flush=True)
-    sys.exit(77)
-t = threading.Thread(target=hold)
-t.start()
-t.join()
+run_in_thread_with_id(hold, int(sys.argv[2]))
 sys.exit(0 if completed else 1)
 """
 
@@ -481,6 +475,7 @@ sys.exit(0 if completed else 1)
 POLL_AND_DIE_WITH_THE_HOLDERS_ID = """
 import os, random, signal, sys, time
 from record_helpers import open_shared_record
+from process_helpers import next_pid_will_be
 
 rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
 tid, kills, seconds = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -488,12 +483,7 @@ deadline = time.monotonic() + seconds
 for i in range(kills):
     if time.monotonic() > deadline:
         break
-    try:
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(tid - 1))
-    except OSError as exc:
-        print("cannot set ns_last_pid:", exc, flush=True)
-        sys.exit(77)
+    next_pid_will_be(tid)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -557,18 +547,14 @@ def test_poller_killed_in_another_pid_namespace_never_frees_a_live_holders_lock(
 KILL_A_SAME_ID_WRITER_REPEATEDLY = """
 import os, random, signal, sys, time
 from record_helpers import open_shared_record
+from process_helpers import next_pid_will_be
 
 rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
 tid, seconds = int(sys.argv[2]), float(sys.argv[3])
 deadline = time.monotonic() + seconds
 kills = 0
 while time.monotonic() < deadline:
-    try:
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(tid - 1))
-    except OSError as exc:
-        print("cannot set ns_last_pid:", exc, flush=True)
-        sys.exit(77)
+    next_pid_will_be(tid)
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -596,6 +582,7 @@ print("ok", kills, "kills", flush=True)
 WRITE_FLAT_OUT_WITH_THREAD_ID = """
 import sys, threading, time, traceback
 from record_helpers import open_shared_record
+from process_helpers import run_in_thread_with_id
 
 rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
 seconds = float(sys.argv[3])
@@ -616,15 +603,7 @@ def write():
         print(f"lost its lock after {n} sections, {time.monotonic() - started:.1f} s:", flush=True)
         traceback.print_exc()
 
-try:
-    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-        f.write(str(int(sys.argv[2]) - 1))
-except OSError as exc:
-    print("cannot choose the writer's thread id:", exc, flush=True)
-    sys.exit(77)
-t = threading.Thread(target=write)
-t.start()
-t.join()
+run_in_thread_with_id(write, int(sys.argv[2]))
 print("ok", result, flush=True)
 sys.exit(0 if result else 1)
 """
@@ -952,16 +931,7 @@ def test_fork_from_a_non_main_thread_while_others_hold_and_wait(kind):
                         code = 3
             finally:
                 os._exit(code)
-        deadline = time.monotonic() + 20
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status)
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return "hang"
-            time.sleep(0.01)
+        return wait_for_pid(pid, 20)
 
     child_code = Call(fork_and_write_in_child).join(30)
     if is_lock:

@@ -57,6 +57,7 @@ def shared_record():
 HOLD_A_SECTION = """
 import os, sys, threading, traceback
 from record_helpers import open_shared_record
+from process_helpers import run_in_thread_with_id
 
 assert os.getpid() == 1, f"not pid 1 of a new namespace: {os.getpid()}"
 rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
@@ -75,15 +76,7 @@ def hold():
         traceback.print_exc()
 
 if len(sys.argv) > 2:
-    try:
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(int(sys.argv[2]) - 1))
-    except OSError as exc:
-        print("cannot choose the writer's thread id:", exc, flush=True)
-        sys.exit(77)
-    writer = threading.Thread(target=hold)
-    writer.start()
-    writer.join()
+    run_in_thread_with_id(hold, int(sys.argv[2]))
 else:
     hold()
 sys.exit(0 if completed else 1)
@@ -113,6 +106,7 @@ except TimeoutError:
 DEAD_WRITERS_PID_REUSED = """
 import mmap, os, signal, subprocess, sys, threading, time
 from seqlock_py import SeqRecord
+from process_helpers import next_pid_will_be
 
 def done(code, *message):
     print(*message, flush=True)
@@ -136,11 +130,7 @@ os.kill(writer, signal.SIGKILL)
 os.waitpid(writer, 0)  # reaped: its pid is free again
 
 for attempt in range(5):
-    try:
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(writer - 1))
-    except OSError as exc:
-        done(77, "cannot set ns_last_pid:", exc)
+    next_pid_will_be(writer)
     sleeper = subprocess.Popen(["sleep", "60"])
     if sleeper.pid == writer:
         break

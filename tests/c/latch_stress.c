@@ -63,7 +63,8 @@
 #include <unistd.h>
 
 enum { WORDS = 8, WRITERS = 2, MAX_READERS = 64 };
-#define K 0x9e3779b97f4a7c15ULL /* any odd constant; sums wrap mod 2^64 */
+#define RECORD_WORDS WORDS
+#include "record_form.h"
 #define COUNT_START ((UINT64_C(1) << 32) - 6) /* 2^32 after three updates */
 #define PAUSE_MS 50
 #define PAUSE_EVERY_MS 200
@@ -134,24 +135,7 @@ sleep_ns(int64_t ns)
     }
 }
 
-static void
-make_record(uint64_t out[WORDS], uint64_t a)
-{
-    for (int i = 0; i < WORDS; i++) {
-        out[i] = a + (uint64_t)i * K;
-    }
-}
 
-static int
-well_formed(const uint64_t r[WORDS])
-{
-    for (int i = 1; i < WORDS; i++) {
-        if (r[i] != r[0] + (uint64_t)i * K) {
-            return 0;
-        }
-    }
-    return 1;
-}
 
 /* ---- writers ---- */
 

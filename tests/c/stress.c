@@ -41,7 +41,8 @@
 #include <unistd.h>
 
 enum { WORDS = 8, WRITERS = 2, MAX_READERS = 64 };
-#define K 0x9e3779b97f4a7c15ULL /* any odd constant; sums wrap mod 2^64 */
+#define RECORD_WORDS WORDS
+#include "record_form.h"
 
 static seqlock_t lock = SEQLOCK_UNLOCKED;
 static seqlock_word_t record[WORDS]; /* set to a = 0 before the start */
@@ -66,24 +67,7 @@ struct writer {
     uint64_t writes;
 };
 
-static void
-make_record(uint64_t out[WORDS], uint64_t a)
-{
-    for (int i = 0; i < WORDS; i++) {
-        out[i] = a + (uint64_t)i * K;
-    }
-}
 
-static int
-well_formed(const uint64_t r[WORDS])
-{
-    for (int i = 1; i < WORDS; i++) {
-        if (r[i] != r[0] + (uint64_t)i * K) {
-            return 0;
-        }
-    }
-    return 1;
-}
 
 /* Check a snapshot the reader accepted; *last_a is the previous one's a. */
 static void

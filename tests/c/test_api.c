@@ -670,7 +670,8 @@ next_pid_will_be(pid_t pid)
 /* ---- memory shared between processes ---- */
 
 enum { WORDS = 4 };
-#define K 0x9e3779b97f4a7c15ULL /* a well-formed record: word i = a + i*K */
+#define RECORD_WORDS WORDS
+#include "record_form.h"
 
 struct shared_record {
     seqlock_t lock;
@@ -741,16 +742,6 @@ write_record(struct shared_record *rec, uint64_t a, int slowly)
     }
 }
 
-static int
-well_formed(const uint64_t r[WORDS])
-{
-    for (int i = 1; i < WORDS; i++) {
-        if (r[i] != r[0] + (uint64_t)i * K) {
-            return 0;
-        }
-    }
-    return 1;
-}
 
 enum hold_kind { WRITE_SECTION, LOCKING_PASS };
 
