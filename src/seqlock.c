@@ -287,14 +287,17 @@ ensure_ready(seqlock_t *sl)
         if (SEQLOCK_LIKELY(state == SEQLOCK_READY)) {
             return 0;
         }
-        if (state == 0 && atomic_compare_exchange_strong(&sl->ready, &state,
-                                                         INITIALISING)) {
-            int err = init_beacon(sl);
-            atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
-                                  memory_order_release);
-            return err;
+        if (state == 0) {
+            if (atomic_compare_exchange_strong(&sl->ready, &state,
+                                               INITIALISING)) {
+                int err = init_beacon(sl);
+                atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
+                                      memory_order_release);
+                return err;
+            }
+            continue; /* another taker is setting it up, or has: look again */
         }
-        if (state != 0 && state != INITIALISING) {
+        if (state != INITIALISING) {
             return EINVAL; /* not a seqlock (garbage, or overwritten) */
         }
         sched_yield();

@@ -862,7 +862,7 @@ test_static_initializer_is_unlocked_with_sequence_zero(void)
 }
 
 static void
-test_static_lock_sets_up_its_mutex_on_first_lock(void)
+test_static_lock_sets_up_its_beacon_on_first_lock(void)
 {
     seqlock_t sl = SEQLOCK_UNLOCKED;
     uint32_t before = atomic_load(&sl.ready);
@@ -871,6 +871,51 @@ test_static_lock_sets_up_its_mutex_on_first_lock(void)
     CHECK(before == 0);
     CHECK(atomic_load(&sl.ready) == SEQLOCK_READY);
     CHECK(seqlock_sequence(&sl) == 2);
+}
+
+/* Writers racing to take a SEQLOCK_UNLOCKED lock first: one sets its
+ * beacon up, the others wait for it (once, one saw the set-up finish
+ * between its look and its compare-and-swap and took that for garbage). */
+enum { RACERS = 4, RACES = 2000 };
+
+struct race {
+    seqlock_t lock;
+    pthread_barrier_t start;
+    atomic_int failures;
+};
+
+static void *
+race_to_write(void *arg)
+{
+    struct race *r = arg;
+    pthread_barrier_wait(&r->start);
+    int err = seqlock_write_lock_timed(&r->lock, GIVE_UP_NS);
+    if (err != 0) {
+        atomic_fetch_add(&r->failures, 1);
+        return NULL;
+    }
+    write_sequnlock(&r->lock);
+    return NULL;
+}
+
+static void
+test_writers_racing_to_set_up_a_static_lock_all_get_it(void)
+{
+    int failures = 0;
+    for (int round = 0; round < RACES && failures == 0; round++) {
+        struct race r = {.lock = SEQLOCK_UNLOCKED};
+        pthread_barrier_init(&r.start, NULL, RACERS);
+        pthread_t t[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            pthread_create(&t[i], NULL, race_to_write, &r);
+        }
+        for (int i = 0; i < RACERS; i++) {
+            pthread_join(t[i], NULL);
+        }
+        pthread_barrier_destroy(&r.start);
+        failures = atomic_load(&r.failures);
+        CHECK(failures == 0 && seqlock_sequence(&r.lock) == 2 * RACERS);
+    }
 }
 
 static void
@@ -3385,7 +3430,8 @@ struct test {
 
 static const struct test tests[] = {
     TEST(test_static_initializer_is_unlocked_with_sequence_zero, PLAIN),
-    TEST(test_static_lock_sets_up_its_mutex_on_first_lock, PLAIN),
+    TEST(test_static_lock_sets_up_its_beacon_on_first_lock, PLAIN),
+    TEST(test_writers_racing_to_set_up_a_static_lock_all_get_it, PLAIN),
     TEST(test_seqlock_init_makes_garbage_unlocked_with_sequence_zero, PLAIN),
     TEST(test_seqlock_words_rounds_bytes_up_to_whole_words, PLAIN),
     TEST(test_write_section_makes_sequence_odd_inside_and_even_after, PLAIN),
