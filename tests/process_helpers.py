@@ -84,6 +84,41 @@ def in_forked_child(check, *, timeout=CHILD_TIMEOUT, before_fork=None):
         os.close(read_end)
 
 
+# A child script (argv[1]: a SharedMemory block of fields a, b, total): hold
+# a write section, half-written (a set, b and total not yet), from
+# the time it prints "ready" until it reads a line on stdin; exit 0 only
+# if the section then completed without error.  With argv[2], the
+# section is written by a new thread whose id in the namespace is that
+# number (chosen by the test so that it names no thread outside).
+HOLD_A_SECTION_SCRIPT = """
+import os, sys, threading, traceback
+from record_helpers import open_shared_record
+from process_helpers import run_in_thread_with_id
+
+assert os.getpid() == 1, f"not pid 1 of a new namespace: {os.getpid()}"
+rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
+completed = []
+
+def hold():
+    try:
+        with rec.write() as w:
+            w.a = 10  # half a write: a + b != total until the end
+            print("ready", threading.get_native_id(), flush=True)
+            sys.stdin.readline()
+            w.b = 20
+            w.total = 30
+        completed.append(True)
+    except BaseException:
+        traceback.print_exc()
+
+if len(sys.argv) > 2:
+    run_in_thread_with_id(hold, int(sys.argv[2]))
+else:
+    hold()
+sys.exit(0 if completed else 1)
+"""
+
+
 def next_pid_will_be(pid):
     """In a child script running in its own PID namespace: make the next
     thread or process created there get id ``pid`` (ns_last_pid); exit 77,

@@ -24,6 +24,7 @@ from multiprocessing import shared_memory
 import pytest
 
 from process_helpers import (
+    HOLD_A_SECTION_SCRIPT,
     CHILD_TIMEOUT,
     in_forked_child,
     PythonProcess,
@@ -440,33 +441,6 @@ def shared_record():
         shm.unlink()
 
 
-# pid 1 of its namespace: a thread whose id there is argv[2] holds a
-# half-written section (a=10) from "ready" until a line on stdin, then
-# completes it (b=20, total=30); exit 0 only if that went through.
-HOLD_WITH_THREAD_ID = """
-import sys, threading, traceback
-from record_helpers import open_shared_record
-from process_helpers import run_in_thread_with_id
-
-rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
-completed = []
-
-def hold():
-    try:
-        with rec.write() as w:
-            w.a = 10
-            print("ready", threading.get_native_id(), flush=True)
-            sys.stdin.readline()
-            w.b = 20
-            w.total = 30
-        completed.append(True)
-    except BaseException:
-        traceback.print_exc()
-
-run_in_thread_with_id(hold, int(sys.argv[2]))
-sys.exit(0 if completed else 1)
-"""
-
 # pid 1 of another namespace: again and again, fork a child whose pid
 # there is argv[2] (the holder's thread id in its own namespace), let it
 # poll the lock with write(timeout=0) and SIGKILL it after a few ms.  Then
@@ -528,7 +502,7 @@ def test_poller_killed_in_another_pid_namespace_never_frees_a_live_holders_lock(
     16 yield rounds of every blocked waiter) opens it over and over."""
     rec, name = shared_record["rec"], shared_record["name"]
     tid = free_pid_number()
-    with PythonProcess(HOLD_WITH_THREAD_ID, name, tid, pid_namespace=True) as holder:
+    with PythonProcess(HOLD_A_SECTION_SCRIPT, name, tid, pid_namespace=True) as holder:
         holder.expect("ready")
         code, output = run_python(
             POLL_AND_DIE_WITH_THE_HOLDERS_ID, name, tid, 2000, 25,

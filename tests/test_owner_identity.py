@@ -16,6 +16,7 @@ from multiprocessing import shared_memory
 import pytest
 
 from process_helpers import (
+    HOLD_A_SECTION_SCRIPT,
     PythonProcess,
     free_pid_number,
     require_pid_namespaces,
@@ -48,39 +49,6 @@ def shared_record():
 
 
 # Child scripts: argv[1] is the SharedMemory block's name.
-
-# Hold a write section, half-written (a set, b and total not yet), from
-# the time it prints "ready" until it reads a line on stdin; exit 0 only
-# if the section then completed without error.  With argv[2], the
-# section is written by a new thread whose id in the namespace is that
-# number (chosen by the test so that it names no thread outside).
-HOLD_A_SECTION = """
-import os, sys, threading, traceback
-from record_helpers import open_shared_record
-from process_helpers import run_in_thread_with_id
-
-assert os.getpid() == 1, f"not pid 1 of a new namespace: {os.getpid()}"
-rec = open_shared_record(sys.argv[1], a="q", b="q", total="q")
-completed = []
-
-def hold():
-    try:
-        with rec.write() as w:
-            w.a = 10  # half a write: a + b != total until the end
-            print("ready", threading.get_native_id(), flush=True)
-            sys.stdin.readline()
-            w.b = 20
-            w.total = 30
-        completed.append(True)
-    except BaseException:
-        traceback.print_exc()
-
-if len(sys.argv) > 2:
-    run_in_thread_with_id(hold, int(sys.argv[2]))
-else:
-    hold()
-sys.exit(0 if completed else 1)
-"""
 
 # Try to write within 0.5 s: exit 0 on TimeoutError (the lock is held),
 # 1 if the write went through.  Must run as pid 1 when argv[2] == "pid1".
@@ -166,7 +134,7 @@ def test_live_writer_in_another_pid_namespace_keeps_its_lock(shared_record):
     rec = shared_record["rec"]
     # The writer's thread id in its namespace is a number that names no
     # thread here, as it would on a host running the writer in a container.
-    with PythonProcess(HOLD_A_SECTION, shared_record["name"], free_pid_number(),
+    with PythonProcess(HOLD_A_SECTION_SCRIPT, shared_record["name"], free_pid_number(),
                        pid_namespace=True) as writer:
         writer.expect("ready")
         with pytest.raises(TimeoutError):
@@ -194,7 +162,7 @@ def test_live_writer_outside_the_pid_namespace_keeps_its_lock(shared_record):
 
 def test_processes_that_are_both_pid_1_do_not_share_a_lock(shared_record):
     rec = shared_record["rec"]
-    with PythonProcess(HOLD_A_SECTION, shared_record["name"], pid_namespace=True) as holder:
+    with PythonProcess(HOLD_A_SECTION_SCRIPT, shared_record["name"], pid_namespace=True) as holder:
         holder.expect("ready")
         code, output = run_python(TRY_TO_WRITE, shared_record["name"], "pid1", pid_namespace=True)
         assert code == 0, f"the second pid 1 did not wait for the first:\n{output}"
