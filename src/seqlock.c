@@ -261,6 +261,7 @@ seqlock_init(seqlock_t *sl)
     atomic_init(&sl->wake_from, 0);
     atomic_init(&sl->holder, 0);
     atomic_init(&sl->starving, 0);
+    atomic_init(&sl->gaps, 0);
     atomic_init(&sl->abandoned, 0);
     int err = init_beacon(sl);
     atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
@@ -329,8 +330,10 @@ ensure_ready(seqlock_t *sl)
  * What is left: a holder that dies in the few instructions between
  * winning the word and locking the beacon, or between unlocking the beacon
  * and giving the word back (its gaps), leaves the word held and the beacon
- * free and unmarked.  A waiter that sees that state, for the same holder,
- * for GAP_NS takes over as from a dead holder.  That is safe even if the
+ * free and unmarked.  A waiter that sees that state, for the same holder
+ * in the same gap (each holder counts `gaps` up as it enters one: its
+ * next sections' gaps are other gaps), for GAP_NS takes over as from a
+ * dead holder.  That is safe even if the
  * holder was only slow: a section is entered only with the beacon held
  * (so a holder in its first gap that finds the beacon taken backs off),
  * and a holder in its second gap has closed its section already.
@@ -384,7 +387,7 @@ in_a_gap(const seqlock_t *sl)
  * which the binding waits, and on this thread's own clock. */
 struct gap_watch {
     const seqlock_t *lock;
-    uint64_t holder;
+    uint64_t holder, gap;
     int64_t since;
 };
 
@@ -400,8 +403,10 @@ static int
 gap_expired(const seqlock_t *sl, uint64_t holder)
 {
     int64_t now = monotonic_ns();
-    if (gap_watch.lock != sl || gap_watch.holder != holder) {
-        gap_watch = (struct gap_watch){sl, holder, now};
+    uint64_t gap = atomic_load_explicit(&sl->gaps, memory_order_relaxed);
+    if (gap_watch.lock != sl || gap_watch.holder != holder
+        || gap_watch.gap != gap) {
+        gap_watch = (struct gap_watch){sl, holder, gap, now};
         return 0;
     }
     return now - gap_watch.since >= GAP_NS;
@@ -479,13 +484,18 @@ try_lock_word(seqlock_t *sl, uint64_t me)
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
     }
+    atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     int err = pthread_mutex_trylock(&sl->beacon);
-    if (err == EOWNERDEAD) {
-        /* If we die repairing, the kernel marks the beacon again. */
-        (void)pthread_mutex_consistent(&sl->beacon);
-        return EOWNERDEAD;
-    }
-    if (err == 0) {
+    if (err == 0 || err == EOWNERDEAD) {
+        if (err == EOWNERDEAD) {
+            /* If we die repairing, the kernel marks the beacon again. */
+            (void)pthread_mutex_consistent(&sl->beacon);
+            takeover = 1;
+        }
+        /* The beacon makes the lock ours.  A waiter that took this gap for
+         * a dead holder's may have the word for an instant: it gives it
+         * back when it finds the beacon taken, and our store wins. */
+        atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
         return takeover ? EOWNERDEAD : 0;
     }
     /* EBUSY: a holder we took for gone locked its beacon after all; or
@@ -702,6 +712,7 @@ static int
 release_lock_word(seqlock_t *sl)
 {
     held_locks--;
+    atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     int err = pthread_mutex_unlock(&sl->beacon);
     uint64_t me = seqlock_self();
     (void)atomic_compare_exchange_strong_explicit(

@@ -118,6 +118,7 @@ typedef struct seqlock {
     _Atomic uint64_t wake_from; /* highest count a reader sleeps on */
     _Atomic uint64_t holder;    /* the lock word: the holder's token */
     _Atomic uint64_t starving;  /* token of a writer waiting too long */
+    _Atomic uint64_t gaps;      /* +1 as each holder enters a gap */
     _Atomic uint32_t ready;     /* SEQLOCK_READY once the beacon is set up */
     _Atomic uint32_t abandoned; /* an open section nobody can finish */
     pthread_mutex_t beacon;     /* robust, process-shared: the holder's */

@@ -3310,6 +3310,51 @@ test_dead_locking_pass_gives_the_next_writer_eownerdead_and_an_even_count(void)
     CHECK(inside == 1); /* the writer's own section, from the even count */
 }
 
+/* ==== the gaps: a holder between its lock word and its beacon ==== */
+
+/* Make sl look held by `token` in a gap: the word set, the beacon free
+ * (as between a holder's compare-and-swap and its beacon). */
+static void
+enter_a_gap_as(seqlock_t *sl, uint64_t token)
+{
+    atomic_store(&sl->holder, token);
+    atomic_fetch_add(&sl->gaps, 1);
+}
+
+static void
+test_a_holder_gone_in_its_gap_is_taken_over_after_the_gap_timeout(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    enter_a_gap_as(&sl, 42);
+    int early = seqlock_lock_excl_timed(&sl, 50 * MS);
+    int later = seqlock_lock_excl_timed(&sl, GIVE_UP_NS);
+    if (later == EOWNERDEAD || later == 0) {
+        seqlock_unlock(&sl);
+    }
+    CHECK(early == ETIMEDOUT);
+    CHECK(later == EOWNERDEAD);
+}
+
+static void
+test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone(void)
+{
+    /* One holder's consecutive sections pass through gaps of their own: a
+     * waiter that saw it in one gap and, 100 ms later, in another must not
+     * add the two up (once, a live writer lost its lock that way). */
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    enter_a_gap_as(&sl, 42);
+    int first = seqlock_lock_excl_timed(&sl, 60 * MS);
+    enter_a_gap_as(&sl, 42); /* its next section's gap */
+    int second = seqlock_lock_excl_timed(&sl, 60 * MS);
+    if (second == EOWNERDEAD || second == 0) {
+        seqlock_unlock(&sl);
+    }
+    CHECK(first == ETIMEDOUT);
+    CHECK(second == ETIMEDOUT);
+}
+
 /* ==== record.h: a record kept as a latch ==== */
 
 /* A record of one 8-byte field: committed value 1, then a section that
@@ -3551,6 +3596,10 @@ static const struct test tests[] = {
          FORKS_OR_SIGNALS),
     TEST(test_reader_in_another_pid_namespace_accepts_no_torn_snapshot,
          FORKS_OR_SIGNALS),
+    TEST(test_a_holder_gone_in_its_gap_is_taken_over_after_the_gap_timeout,
+         PLAIN),
+    TEST(test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone,
+         PLAIN),
     TEST(test_record_readers_see_the_committed_copy_while_a_section_is_open,
          PLAIN),
     TEST(test_record_repair_inside_a_section_puts_copy_0_back_and_counts_it,
