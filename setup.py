@@ -18,6 +18,7 @@ SOURCES = [
     "src/lock_path.c",
     "src/read_budget.c",
     "src/memory_kind.c",
+    "src/news.c",
     "src/seqlock.c",
 ]
 DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h"]

@@ -16,6 +16,7 @@ typedef struct {
     PyTypeObject *seqrecord_type;
     PyTypeObject *record_writer_type;
     PyTypeObject *array_field_type;
+    PyTypeObject *waiter_type;
 } module_state;
 
 extern PyType_Spec seqlock_type_spec;
@@ -23,6 +24,7 @@ extern PyType_Spec write_section_type_spec;
 extern PyType_Spec seqrecord_type_spec;
 extern PyType_Spec record_writer_type_spec;
 extern PyType_Spec array_field_type_spec;
+extern PyType_Spec waiter_type_spec;
 
 /* ---- record_layout.c: a SeqRecord's fields ---- */
 
@@ -171,6 +173,16 @@ begin_read(bound_lock *b, uint64_t *seq)
     return begin_read_waiting(b, seq);
 }
 
+/* Wait detached until a write section has ended since the state whose
+ * count is seq (seqlock_wait_for_change()): 1 with *now set to the new
+ * (even) count; 0 if timeout_ns (-1: for ever) passed first or *cancel
+ * (may be NULL) was set; -1 with RuntimeError if this thread holds the
+ * lock, or with what a signal handler raised.  Waits in the main thread
+ * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
+ * sleeps until the news. */
+int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
+                    const _Atomic uint32_t *cancel, uint64_t *now);
+
 /* For a context manager's __enter__: 0 if lock_write() took the lock; -1
  * if it failed or (TimeoutError) timed out. */
 int entered_or_timed_out(lock_status taken);
@@ -242,6 +254,47 @@ PyObject *read_budget_get_fallbacks(PyObject *self, void *offset);
 
 /* __reduce__ of an object that cannot be pickled or copied (a lock). */
 PyObject *reduce_refused(PyObject *self, PyObject *unused);
+
+/* ---- news.c: readers that wait for news ---- */
+
+/* (seq, value) for read_versioned(), stealing value; NULL if value is
+ * NULL or on failure. */
+PyObject *versioned(uint64_t seq, PyObject *value);
+/* wait(seq, timeout=None) of both types: True once a write section has
+ * ended since the state seq names, False on timeout. */
+PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
+#define NEWS_WAIT_DOC                                                        \
+    PyDoc_STR(                                                               \
+        "wait($self, /, seq, timeout=None)\n--\n\n"                          \
+        "Return True once a write section has ended since the state whose\n" \
+        "sequence number is seq (at once if one has), False if timeout\n"    \
+        "seconds pass first (None: wait until then).\n\n"                    \
+        "The thread sleeps on the sequence word (a futex, so a writer in\n"  \
+        "another process wakes it), releasing the GIL and using no CPU; a\n" \
+        "write wakes sleepers only when there are any.  Ctrl-C interrupts\n" \
+        "the wait.  Raises RuntimeError if this thread holds the write "      \
+        "lock.")
+
+/* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
+#define NEWS_WAITER_DOC                                                      \
+    PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"                 \
+              "A cancellable wait(seq, timeout), for the asyncio forms.")
+#define NEWS_WAIT_ASYNC_DOC                                                  \
+    PyDoc_STR(                                                               \
+        "wait_async($self, /, seq, timeout=None)\n--\n\n"                    \
+        "A coroutine: await it for wait(seq, timeout)'s answer without\n"    \
+        "blocking the event loop.  The wait runs in a thread of its own;\n"  \
+        "cancelling the await ends that thread's wait at once.")
+/* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
+PyObject *news_waiter(PyObject *owner, bound_lock *b, PyObject *args,
+                      PyObject *kwargs);
+/* wait_async(seq, timeout=None): seqlock_py._news.wait_async's coroutine,
+ * its arguments checked now rather than at the first await. */
+PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);
+/* changes(*, timeout=None) or changes_async(*, timeout=None) (name): the
+ * generator of seqlock_py._news of that name, its timeout checked now. */
+PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
+                       PyObject *kwargs);
 
 /* ---- memory_kind.c ---- */
 

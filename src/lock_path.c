@@ -22,6 +22,11 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #define WAIT_SLICE_NS (50 * 1000 * 1000LL)
 #define NS_PER_SEC 1e9
@@ -136,15 +141,15 @@ bound_lock_fini(bound_lock *b)
 /* ---- waiting ---- */
 
 /* A core wait: 0 when done, else an errno value (ETIMEDOUT: not yet). */
-typedef int (*core_wait)(seqlock_t *sl, int64_t timeout_ns, uint64_t *seq);
+typedef int (*core_wait)(seqlock_t *sl, int64_t timeout_ns, void *ctx);
 
-/* Slices of at most WAIT_SLICE_NS, detached, until the core says
- * something other than "not yet" (or a signal handler raises: -1). */
+/* Slices of at most slice_ns (< 0: one slice), detached, until the core
+ * says something other than "not yet" (or a signal handler raises: -1). */
 static int
 wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
-               uint64_t *seq)
+               int64_t slice_ns, void *ctx)
 {
-    int err = wait(sl, 0, seq);
+    int err = wait(sl, 0, ctx);
     if (err != ETIMEDOUT || timeout_ns == 0) {
         return err;
     }
@@ -153,16 +158,16 @@ wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
                        : timeout_ns > INT64_MAX - now ? INT64_MAX
                                                       : now + timeout_ns;
     for (;;) {
-        int64_t slice = WAIT_SLICE_NS;
+        int64_t slice = slice_ns;
         if (deadline >= 0) {
             int64_t left = deadline - monotonic_ns();
             if (left <= 0) {
                 return ETIMEDOUT;
             }
-            slice = left < slice ? left : slice;
+            slice = slice < 0 || left < slice ? left : slice;
         }
         Py_BEGIN_ALLOW_THREADS
-        err = wait(sl, slice, seq);
+        err = wait(sl, slice, ctx);
         Py_END_ALLOW_THREADS
         if (err != ETIMEDOUT && err != EINTR) {
             return err;
@@ -174,14 +179,14 @@ wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
 }
 
 static int
-core_lock_excl(seqlock_t *sl, int64_t timeout_ns, uint64_t *unused)
+core_lock_excl(seqlock_t *sl, int64_t timeout_ns, void *unused)
 {
     (void)unused;
     return seqlock_lock_excl_timed(sl, timeout_ns);
 }
 
 static int
-core_read_begin(seqlock_t *sl, int64_t timeout_ns, uint64_t *seq)
+core_read_begin(seqlock_t *sl, int64_t timeout_ns, void *seq)
 {
     return seqlock_read_begin_timed(sl, timeout_ns, seq);
 }
@@ -258,9 +263,8 @@ entered_or_timed_out(lock_status taken)
 lock_status
 lock_write(bound_lock *b, int64_t timeout_ns)
 {
-    uint64_t unused;
     lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b->sl, timeout_ns, &unused),
+        wait_in_slices(core_lock_excl, b->sl, timeout_ns, WAIT_SLICE_NS, NULL),
         WRITING_TWICE);
     if (status <= LOCK_TIMED_OUT) {
         return status;
@@ -335,9 +339,8 @@ abort_write(bound_lock *b)
 lock_status
 lock_excl(bound_lock *b)
 {
-    uint64_t unused;
     lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b->sl, -1, &unused),
+        wait_in_slices(core_lock_excl, b->sl, -1, WAIT_SLICE_NS, NULL),
         READING_WHILE_WRITING);
     if (status <= LOCK_TIMED_OUT) {
         return status;
@@ -372,10 +375,64 @@ unlock_excl(bound_lock *b)
 int
 begin_read_waiting(bound_lock *b, uint64_t *seq)
 {
-    int err = wait_in_slices(core_read_begin, b->sl, -1, seq);
+    int err = wait_in_slices(core_read_begin, b->sl, -1, WAIT_SLICE_NS, seq);
     if (err == EOWNERDEAD) {
         PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
         return -1;
     }
     return status_of(err, READING_WHILE_WRITING) == LOCK_TAKEN ? 0 : -1;
+}
+
+/* ---- waiting for news ---- */
+
+typedef struct {
+    uint64_t seq;
+    const _Atomic uint32_t *cancel;
+    uint64_t now;
+} change_wait;
+
+static int
+core_wait_for_change(seqlock_t *sl, int64_t timeout_ns, void *ctx)
+{
+    change_wait *w = ctx;
+    return seqlock_wait_for_change(sl, w->seq, timeout_ns, w->cancel,
+                                   &w->now);
+}
+
+/* CPython runs signal handlers only in its main thread (the process's
+ * first, as a rule): a wait elsewhere has no handler to wake up for, so
+ * it sleeps in one piece and costs no CPU until the news. */
+static int
+signal_handlers_run_here(void)
+{
+#ifdef __linux__
+    return syscall(SYS_gettid) == getpid();
+#else
+    return 1;
+#endif
+}
+
+int
+wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
+                const _Atomic uint32_t *cancel, uint64_t *now)
+{
+    change_wait w = {seq, cancel, 0};
+    int64_t slice = signal_handlers_run_here() ? WAIT_SLICE_NS : -1;
+    int err = wait_in_slices(core_wait_for_change, b->sl, timeout_ns, slice,
+                             &w);
+    switch (err) {
+    case 0:
+        *now = w.now;
+        return 1;
+    case ETIMEDOUT:
+    case ECANCELED:
+        return 0;
+    case EDEADLK:
+        PyErr_SetString(PyExc_RuntimeError,
+                        "cannot wait for a write while this thread holds the "
+                        "write lock");
+        return -1;
+    default: /* -1: a signal handler raised */
+        return -1;
+    }
 }

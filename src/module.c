@@ -38,6 +38,12 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->array_field_type) < 0) {
         return -1;
     }
+    state->waiter_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &waiter_type_spec, NULL);
+    if (state->waiter_type == NULL
+        || PyModule_AddType(module, state->waiter_type) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -50,6 +56,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->seqrecord_type);
     Py_VISIT(state->record_writer_type);
     Py_VISIT(state->array_field_type);
+    Py_VISIT(state->waiter_type);
     return 0;
 }
 
@@ -62,6 +69,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->seqrecord_type);
     Py_CLEAR(state->record_writer_type);
     Py_CLEAR(state->array_field_type);
+    Py_CLEAR(state->waiter_type);
     return 0;
 }
 

@@ -40,6 +40,7 @@ enum {
 /* Writers asleep on the beacon are woken by its unlock, or by the kernel
  * at the holder's death: their nap is a safety net. */
 #define WRITER_NAP_NS (100 * 1000 * 1000LL)
+#define WAITER_NAP_NS (SEQLOCK_WAITER_NAP_MS * 1000 * 1000LL)
 #define INITIALISING 1u
 
 static inline void
@@ -828,6 +829,69 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
     }
     errno = saved_errno;
     return result;
+}
+
+/* ---- readers that wait for news ---- */
+
+int
+seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
+                        int64_t timeout_ns, const _Atomic uint32_t *cancel,
+                        uint64_t *now)
+{
+    seqlock_t *lock = (seqlock_t *)sl; /* sleeping announces; data untouched */
+    int saved_errno = errno;
+    uint64_t me = current_token();
+    int64_t deadline = -2; /* computed when first needed */
+    int result;
+    for (;;) {
+        uint64_t s = atomic_load_explicit(&lock->seqcount.sequence,
+                                          memory_order_acquire);
+        if (!(s & 1u) && s != seq) {
+            *now = s;
+            result = 0;
+            break;
+        }
+        if (cancel != NULL
+            && atomic_load_explicit(cancel, memory_order_acquire)) {
+            result = ECANCELED;
+            break;
+        }
+        if (me != 0
+            && atomic_load_explicit(&lock->holder, memory_order_relaxed)
+                   == me) {
+            result = EDEADLK;
+            break;
+        }
+        if (deadline == -2) {
+            deadline = timeout_ns == 0 ? 0 : deadline_after(timeout_ns);
+        }
+        int64_t nap = next_nap_ns(deadline, WAITER_NAP_NS);
+        if (nap == 0) {
+            result = ETIMEDOUT;
+            break;
+        }
+        announce_sleeper(lock, s);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&lock->seqcount.sequence,
+                                 memory_order_relaxed) != s) {
+            continue;
+        }
+        if (sleep_on(low_half(&lock->seqcount.sequence), (uint32_t)s, nap)
+            == EINTR) {
+            result = EINTR;
+            break;
+        }
+    }
+    errno = saved_errno;
+    return result;
+}
+
+void
+seqlock_wake_waiters(const seqlock_t *sl)
+{
+    seqlock_t *lock = (seqlock_t *)sl;
+    atomic_thread_fence(memory_order_seq_cst); /* the caller's *cancel */
+    wake_all_on(low_half(&lock->seqcount.sequence));
 }
 
 uint64_t

@@ -268,6 +268,38 @@ int seqlock_owner_died(const seqlock_t *sl);
 /* Spin, yield, then sleep while the count is odd; the bottom of
  * read_seqbegin().  Aborts on EDEADLK and EOWNERDEAD. */
 uint64_t seqlock_read_wait_(const seqlock_t *sl);
+
+/* ---- readers that wait for news (seqlock.c) ---- */
+
+/**
+ * seqlock_wait_for_change - sleep until a write section has ended since seq
+ * Returns 0 once the count is even and differs from seq (at once if it
+ * already is), with *now set to it: the state *now names is committed and
+ * newer than seq's.  Else ETIMEDOUT (timeout_ns passed; 0 only looks,
+ * < 0 waits for ever), ECANCELED (*cancel became nonzero: see
+ * seqlock_wake_waiters()), EINTR (a signal handler ran while asleep) or
+ * EDEADLK (the caller holds the lock word: no one else can write).
+ * The waiter sleeps on the low half of the count, a futex that works
+ * across processes, after announcing itself in wake_from; a section's end
+ * wakes sleepers only if one announced itself for it, so a write costs
+ * no system call while nobody waits.  The announcement and the section's
+ * end each store then load across a seq_cst fence: either the writer sees
+ * the announcement or the waiter sees the new count.  A writer that died
+ * between its count's store and its wake-up leaves sleepers to their nap
+ * (SEQLOCK_WAITER_NAP_MS).  Writes no data; async-signal-safe.
+ */
+int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
+                            int64_t timeout_ns, const _Atomic uint32_t *cancel,
+                            uint64_t *now);
+#define SEQLOCK_WAITER_NAP_MS 1000
+
+/**
+ * seqlock_wake_waiters - make every thread asleep on the count look again
+ * For cancelling a wait: set its *cancel, then call this.  Sleepers that
+ * find nothing changed sleep again.  A cancel that races the waiter's
+ * falling asleep is seen within SEQLOCK_WAITER_NAP_MS.
+ */
+void seqlock_wake_waiters(const seqlock_t *sl);
 /* Block all maskable signals for this thread; returns the previous nesting
  * depth, to pass back to seqlock_irq_restore_().  Only the outermost level
  * saves and restores the thread's mask (kept in thread-local storage). */

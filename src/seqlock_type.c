@@ -232,30 +232,55 @@ PyDoc_STRVAR(SeqLock_read_doc,
 "counts these).\n"
 "Raises RuntimeError if this thread holds the write lock.");
 
+/* read(fn, /, *args, **kwargs) as `name`: fn's result, and in *seq the
+ * (even) count of the state it read. */
 static PyObject *
-SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
-             PyObject *kwnames)
+read_with(SeqLockObject *self, const char *name, PyObject *const *args,
+          Py_ssize_t nargsf, PyObject *kwnames, uint64_t *seq)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError,
-                        "read() missing required argument 'fn' (pos 1)");
+        PyErr_Format(PyExc_TypeError,
+                     "%s() missing required argument 'fn' (pos 1)", name);
         return NULL;
     }
     if (!PyCallable_Check(args[0])) {
         PyErr_Format(PyExc_TypeError,
-                     "read() argument 'fn' must be callable, not %.200s",
+                     "%s() argument 'fn' must be callable, not %.200s", name,
                      Py_TYPE(args[0])->tp_name);
         return NULL;
     }
     read_call call = {args[0], args + 1, (size_t)(nargs - 1), kwnames, NULL};
-    uint64_t seq;
     if (read_consistently(&self->lock, call_reader, discard_call, &call,
-                          &seq) < 0) {
+                          seq) < 0) {
         Py_XDECREF(call.result);
         return NULL;
     }
     return call.result;
+}
+
+static PyObject *
+SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
+             PyObject *kwnames)
+{
+    uint64_t seq;
+    return read_with(self, "read", args, nargsf, kwnames, &seq);
+}
+
+PyDoc_STRVAR(SeqLock_read_versioned_doc,
+"read_versioned($self, fn, /, *args, **kwargs)\n--\n\n"
+"As read(fn, *args, **kwargs), returning (sequence, result): result is\n"
+"fn's result for the state whose (even) sequence number is sequence.\n"
+"Pass sequence to wait() to sleep until the next write.");
+
+static PyObject *
+SeqLock_read_versioned(SeqLockObject *self, PyObject *const *args,
+                       Py_ssize_t nargsf, PyObject *kwnames)
+{
+    uint64_t seq;
+    PyObject *result = read_with(self, "read_versioned", args, nargsf,
+                                 kwnames, &seq);
+    return versioned(seq, result);
 }
 
 PyDoc_STRVAR(SeqLock_read_begin_doc,
@@ -322,6 +347,26 @@ SeqLock_get_sequence(SeqLockObject *self, void *Py_UNUSED(closure))
     return PyLong_FromUnsignedLongLong(seqlock_sequence(&self->word));
 }
 
+/* ---- readers that wait for news (news.c) ---- */
+
+static PyObject *
+SeqLock_wait(SeqLockObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_wait(&self->lock, args, kwargs);
+}
+
+static PyObject *
+SeqLock_wait_async(SeqLockObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_wait_async((PyObject *)self, args, kwargs);
+}
+
+static PyObject *
+SeqLock_waiter(SeqLockObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_waiter((PyObject *)self, &self->lock, args, kwargs);
+}
+
 static PyMethodDef SeqLock_methods[] = {
     {"acquire_write", (PyCFunction)(void (*)(void))SeqLock_acquire_write,
      METH_VARARGS | METH_KEYWORDS, SeqLock_acquire_write_doc},
@@ -334,6 +379,14 @@ static PyMethodDef SeqLock_methods[] = {
      SeqLock_exit_doc},
     {"read", (PyCFunction)(void (*)(void))SeqLock_read,
      METH_FASTCALL | METH_KEYWORDS, SeqLock_read_doc},
+    {"read_versioned", (PyCFunction)(void (*)(void))SeqLock_read_versioned,
+     METH_FASTCALL | METH_KEYWORDS, SeqLock_read_versioned_doc},
+    {"wait", (PyCFunction)(void (*)(void))SeqLock_wait,
+     METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
+    {"wait_async", (PyCFunction)(void (*)(void))SeqLock_wait_async,
+     METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
+    {"_waiter", (PyCFunction)(void (*)(void))SeqLock_waiter,
+     METH_VARARGS | METH_KEYWORDS, NEWS_WAITER_DOC},
     {"read_begin", (PyCFunction)SeqLock_read_begin, METH_NOARGS,
      SeqLock_read_begin_doc},
     {"read_retry", (PyCFunction)SeqLock_read_retry, METH_O,

@@ -529,18 +529,18 @@ PyDoc_STRVAR(SeqRecord_read_doc,
 "field becomes a tuple).  Never waits: while a write section is open\n"
 "(in any thread or process, even this thread's), the state before it.");
 
+/* One consistent snapshot as a tuple, and its (even) sequence number. */
 static PyObject *
-SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+values_snapshot(SeqRecordObject *self, uint64_t *seq)
 {
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     const record_layout *layout = self->layout;
     unsigned char *buf = scratch(stack, layout->data_bytes);
-    uint64_t seq;
     if (buf == NULL) {
         return NULL;
     }
     PyObject *tuple = NULL;
-    if (snapshot(self, buf, 0, layout->data_bytes, &seq) < 0
+    if (snapshot(self, buf, 0, layout->data_bytes, seq) < 0
         || (tuple = PyTuple_New(layout->nfields)) == NULL) {
         goto done;
     }
@@ -556,6 +556,76 @@ SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 done:
     scratch_free(buf, stack);
     return tuple;
+}
+
+static PyObject *
+SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    uint64_t seq;
+    return values_snapshot(self, &seq);
+}
+
+PyDoc_STRVAR(SeqRecord_read_versioned_doc,
+"read_versioned($self, /)\n--\n\n"
+"Return (sequence, values): one consistent snapshot as read() gives it,\n"
+"and the (even) sequence number of exactly that state.  Pass sequence\n"
+"to wait() to sleep until the next write.  Never waits for a writer.");
+
+static PyObject *
+SeqRecord_read_versioned(SeqRecordObject *self,
+                         PyObject *Py_UNUSED(ignored))
+{
+    uint64_t seq;
+    PyObject *values = values_snapshot(self, &seq);
+    return versioned(seq, values);
+}
+
+/* ---- readers that wait for news (news.c) ---- */
+
+static PyObject *
+SeqRecord_wait(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_wait(&self->lock, args, kwargs);
+}
+
+static PyObject *
+SeqRecord_wait_async(SeqRecordObject *self, PyObject *args,
+                     PyObject *kwargs)
+{
+    return news_wait_async((PyObject *)self, args, kwargs);
+}
+
+static PyObject *
+SeqRecord_waiter(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_waiter((PyObject *)self, &self->lock, args, kwargs);
+}
+
+PyDoc_STRVAR(SeqRecord_changes_doc,
+"changes($self, /, *, timeout=None)\n--\n\n"
+"Iterate over (sequence, values) pairs: first the current snapshot, then\n"
+"one each time a write section has ended, waiting (as wait() does) in\n"
+"between.  A consumer slower than the writer gets the newest state and\n"
+"skips the versions it missed: (sequence - previous) // 2 sections\n"
+"ended meanwhile (a rolled-back one counts too, with unchanged values).\n"
+"Ends when no write ends within timeout seconds (None: never).");
+
+static PyObject *
+SeqRecord_changes(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_changes("changes", (PyObject *)self, args, kwargs);
+}
+
+PyDoc_STRVAR(SeqRecord_changes_async_doc,
+"changes_async($self, /, *, timeout=None)\n--\n\n"
+"changes() as an asynchronous iterator (async for): waiting for the next\n"
+"write never blocks the event loop.");
+
+static PyObject *
+SeqRecord_changes_async(SeqRecordObject *self, PyObject *args,
+                        PyObject *kwargs)
+{
+    return news_changes("changes_async", (PyObject *)self, args, kwargs);
 }
 
 PyDoc_STRVAR(SeqRecord_read_dict_doc,
@@ -758,6 +828,18 @@ static PyMethodDef SeqRecord_methods[] = {
     {"buffer_size", (PyCFunction)(void (*)(void))SeqRecord_buffer_size,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_buffer_size_doc},
     {"read", (PyCFunction)SeqRecord_read, METH_NOARGS, SeqRecord_read_doc},
+    {"read_versioned", (PyCFunction)SeqRecord_read_versioned, METH_NOARGS,
+     SeqRecord_read_versioned_doc},
+    {"wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
+     METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
+    {"wait_async", (PyCFunction)(void (*)(void))SeqRecord_wait_async,
+     METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
+    {"changes", (PyCFunction)(void (*)(void))SeqRecord_changes,
+     METH_VARARGS | METH_KEYWORDS, SeqRecord_changes_doc},
+    {"changes_async", (PyCFunction)(void (*)(void))SeqRecord_changes_async,
+     METH_VARARGS | METH_KEYWORDS, SeqRecord_changes_async_doc},
+    {"_waiter", (PyCFunction)(void (*)(void))SeqRecord_waiter,
+     METH_VARARGS | METH_KEYWORDS, NEWS_WAITER_DOC},
     {"read_dict", (PyCFunction)SeqRecord_read_dict, METH_NOARGS,
      SeqRecord_read_dict_doc},
     {"read_into", (PyCFunction)SeqRecord_read_into, METH_O,

@@ -1,0 +1,76 @@
+"""Readers that wait for news: the iterator and asyncio forms.
+
+``SeqLock`` and ``SeqRecord`` check their arguments in C and hand over
+to these functions.  ``wait()`` sleeps on the lock's sequence word (a
+futex) with the GIL released; an event loop cannot, so each awaited wait
+sleeps in a thread of its own, and cancelling the await cancels that
+thread's wait (it returns at once).  A dedicated thread rather than the
+loop's default executor: waits that may last for ever must not take the
+few threads other ``run_in_executor`` calls need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+
+def changes(record: Any, timeout: float | None) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """SeqRecord.changes(): the current snapshot, then one per write."""
+    seq, values = record.read_versioned()
+    yield seq, values
+    while record.wait(seq, timeout):
+        seq, values = record.read_versioned()
+        yield seq, values
+
+
+async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
+    """owner.wait(seq, timeout) in a thread, awaited."""
+    if owner.wait(seq, 0):
+        return True
+    if timeout is not None and timeout == 0:
+        return False
+    waiter = owner._waiter(seq, timeout)
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+    thread = threading.Thread(
+        target=_wait_in_thread,
+        args=(waiter, loop, answer),
+        name="seqlock_py wait_async",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        return await answer
+    finally:
+        waiter.cancel()  # no-op once the wait has returned
+
+
+def _wait_in_thread(waiter: Any, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
+    try:
+        result = waiter.wait()
+    except BaseException as exc:  # delivered to the awaiting task
+        outcome: tuple[str, Any] = ("set_exception", exc)
+    else:
+        outcome = ("set_result", result)
+    try:
+        loop.call_soon_threadsafe(_settle, answer, outcome)
+    except RuntimeError:
+        pass  # the loop has closed: nobody is awaiting any more
+
+
+def _settle(answer: asyncio.Future[bool], outcome: tuple[str, Any]) -> None:
+    if not answer.done():  # cancelled meanwhile
+        method, value = outcome
+        getattr(answer, method)(value)
+
+
+async def changes_async(record: Any, timeout: float | None) -> AsyncIterator[tuple[int, tuple[Any, ...]]]:
+    """SeqRecord.changes_async(): changes(), awaiting between writes."""
+    seq, values = record.read_versioned()
+    yield seq, values
+    while await wait_async(record, seq, timeout):
+        seq, values = record.read_versioned()
+        yield seq, values

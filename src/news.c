@@ -1,0 +1,275 @@
+/*
+ * news.c - readers that wait for news: wait(seq, timeout=None) for both
+ * types, the cancellable _Waiter that the asyncio forms sleep in, and the
+ * hand-over of changes(), wait_async() and changes_async() to
+ * seqlock_py._news, where they are plain Python generators and coroutines.
+ *
+ * A waiter sleeps on the lock's count (seqlock_wait_for_change()): no
+ * polling, no CPU, across processes for a record in shared memory; a
+ * section's end pays for a wake-up only when someone sleeps.  Asyncio
+ * cannot sleep on a futex, so each awaited wait runs in a thread of its
+ * own (a shared executor's few threads could all be taken by waits that
+ * never end); cancelling the await cancels that thread's wait.
+ */
+#include "binding.h"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner;   /* the SeqLock or SeqRecord: keeps *lock alive */
+    bound_lock *lock;
+    uint64_t seq;
+    int64_t timeout_ns;
+    _Atomic uint32_t cancelled;
+} WaiterObject;
+
+/* ---- arguments ---- */
+
+/* A sequence number: an int from 0 to 2**64 - 1.  0 or -1 with TypeError,
+ * ValueError (negative) or OverflowError. */
+static int
+sequence_from_object(PyObject *obj, uint64_t *seq)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "seq must be an int (a sequence number), not %.200s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long small = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (small == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow < 0 || (overflow == 0 && small < 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "seq must be a sequence number (0 or more)");
+        return -1;
+    }
+    unsigned long long value = (unsigned long long)small;
+    if (overflow > 0) {
+        value = PyLong_AsUnsignedLongLong(obj);
+        if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_SetString(PyExc_OverflowError,
+                            "seq must be a sequence number below 2**64");
+            return -1;
+        }
+    }
+    *seq = value;
+    return 0;
+}
+
+/* (seq, timeout=None) of wait() and wait_async(), checked. */
+static int
+wait_args(const char *name, PyObject *args, PyObject *kwargs, PyObject **seq_obj,
+          uint64_t *seq, PyObject **timeout, int64_t *timeout_ns)
+{
+    static char *keywords[] = {"seq", "timeout", NULL};
+    char format[32];
+    PyOS_snprintf(format, sizeof format, "O|O:%s", name);
+    *timeout = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, seq_obj,
+                                     timeout)) {
+        return -1;
+    }
+    if (sequence_from_object(*seq_obj, seq) < 0) {
+        return -1;
+    }
+    return timeout_to_ns(*timeout, timeout_ns);
+}
+
+/* The keyword-only timeout=None of changes() and changes_async(). */
+static int
+changes_args(const char *name, PyObject *args, PyObject *kwargs,
+             PyObject **timeout)
+{
+    static char *keywords[] = {"timeout", NULL};
+    char format[32];
+    PyOS_snprintf(format, sizeof format, "|$O:%s", name);
+    *timeout = Py_None;
+    int64_t unused;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords,
+                                     timeout)) {
+        return -1;
+    }
+    return timeout_to_ns(*timeout, &unused);
+}
+
+/* ---- read_versioned() ---- */
+
+PyObject *
+versioned(uint64_t seq, PyObject *value)
+{
+    if (value == NULL) {
+        return NULL;
+    }
+    PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+    PyObject *pair = seq_obj == NULL ? NULL : PyTuple_Pack(2, seq_obj, value);
+    Py_XDECREF(seq_obj);
+    Py_DECREF(value);
+    return pair;
+}
+
+/* ---- wait() ---- */
+
+PyObject *
+news_wait(bound_lock *b, PyObject *args, PyObject *kwargs)
+{
+    PyObject *seq_obj, *timeout;
+    uint64_t seq, now;
+    int64_t timeout_ns;
+    if (wait_args("wait", args, kwargs, &seq_obj, &seq, &timeout,
+                  &timeout_ns) < 0) {
+        return NULL;
+    }
+    int changed = wait_for_change(b, seq, timeout_ns, NULL, &now);
+    return changed < 0 ? NULL : PyBool_FromLong(changed);
+}
+
+/* ---- _Waiter: one cancellable wait, for seqlock_py._news ---- */
+
+PyObject *
+news_waiter(PyObject *owner, bound_lock *b, PyObject *args, PyObject *kwargs)
+{
+    PyObject *seq_obj, *timeout;
+    uint64_t seq;
+    int64_t timeout_ns;
+    if (wait_args("_waiter", args, kwargs, &seq_obj, &seq, &timeout,
+                  &timeout_ns) < 0) {
+        return NULL;
+    }
+    module_state *state = PyType_GetModuleState(Py_TYPE(owner));
+    if (state == NULL) {
+        return NULL;
+    }
+    WaiterObject *w = PyObject_GC_New(WaiterObject, state->waiter_type);
+    if (w == NULL) {
+        return NULL;
+    }
+    w->owner = Py_NewRef(owner);
+    w->lock = b;
+    w->seq = seq;
+    w->timeout_ns = timeout_ns;
+    atomic_init(&w->cancelled, 0);
+    PyObject_GC_Track(w);
+    return (PyObject *)w;
+}
+
+PyDoc_STRVAR(Waiter_wait_doc,
+"wait($self, /)\n--\n\n"
+"Wait as owner.wait(seq, timeout) would; False also once cancelled.");
+
+static PyObject *
+Waiter_wait(WaiterObject *self, PyObject *Py_UNUSED(ignored))
+{
+    uint64_t now;
+    int changed = wait_for_change(self->lock, self->seq, self->timeout_ns,
+                                  &self->cancelled, &now);
+    return changed < 0 ? NULL : PyBool_FromLong(changed);
+}
+
+PyDoc_STRVAR(Waiter_cancel_doc,
+"cancel($self, /)\n--\n\n"
+"End the wait (now or when it starts): it returns False.");
+
+static PyObject *
+Waiter_cancel(WaiterObject *self, PyObject *Py_UNUSED(ignored))
+{
+    atomic_store_explicit(&self->cancelled, 1, memory_order_release);
+    seqlock_wake_waiters(self->lock->sl);
+    Py_RETURN_NONE;
+}
+
+static int
+Waiter_traverse(WaiterObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+Waiter_clear(WaiterObject *self)
+{
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static void
+Waiter_dealloc(WaiterObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    (void)Waiter_clear(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef Waiter_methods[] = {
+    {"wait", (PyCFunction)Waiter_wait, METH_NOARGS, Waiter_wait_doc},
+    {"cancel", (PyCFunction)Waiter_cancel, METH_NOARGS, Waiter_cancel_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Waiter_slots[] = {
+    {Py_tp_dealloc, Waiter_dealloc},
+    {Py_tp_traverse, Waiter_traverse},
+    {Py_tp_clear, Waiter_clear},
+    {Py_tp_methods, Waiter_methods},
+    {Py_tp_doc, (void *)PyDoc_STR("One cancellable wait for a write (for "
+                                  "seqlock_py._news; not public).")},
+    {0, NULL},
+};
+
+PyType_Spec waiter_type_spec = {
+    .name = "seqlock_py._seqlock._Waiter",
+    .basicsize = sizeof(WaiterObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+             | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Waiter_slots,
+};
+
+/* ---- the Python forms ---- */
+
+/* seqlock_py._news.<name>(*args) */
+static PyObject *
+call_news(const char *name, PyObject *const *args, size_t nargs)
+{
+    PyObject *news = PyImport_ImportModule("seqlock_py._news");
+    if (news == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyObject_GetAttrString(news, name);
+    Py_DECREF(news);
+    if (fn == NULL) {
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(fn, args, nargs, NULL);
+    Py_DECREF(fn);
+    return result;
+}
+
+PyObject *
+news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
+{
+    PyObject *seq_obj, *timeout;
+    uint64_t seq;
+    int64_t timeout_ns;
+    if (wait_args("wait_async", args, kwargs, &seq_obj, &seq, &timeout,
+                  &timeout_ns) < 0) {
+        return NULL;
+    }
+    PyObject *call[] = {owner, seq_obj, timeout};
+    return call_news("wait_async", call, 3);
+}
+
+PyObject *
+news_changes(const char *name, PyObject *owner, PyObject *args,
+             PyObject *kwargs)
+{
+    PyObject *timeout;
+    if (changes_args(name, args, kwargs, &timeout) < 0) {
+        return NULL;
+    }
+    PyObject *call[] = {owner, timeout};
+    return call_news(name, call, 2);
+}
