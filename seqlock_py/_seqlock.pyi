@@ -1,6 +1,6 @@
 """Type stubs for the seqlock_py._seqlock extension module."""
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, final
 
@@ -49,6 +49,14 @@ class SeqLock:
         """Start a hand-written read; return the (even) sequence number."""
     def read_retry(self, seq: int, /) -> bool:
         """True if a write overlapped the read started with seq."""
+    def read_versioned(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> tuple[int, _T]:
+        """As read(), returning (sequence, result): the (even) sequence of the state fn read."""
+    # readers that wait for news
+    def wait(self, seq: int, timeout: float | None = None) -> bool:
+        """True once a write section has ended since the state seq names; False on timeout."""
+    def wait_async(self, seq: int, timeout: float | None = None) -> Coroutine[Any, Any, bool]:
+        """wait() as a coroutine that never blocks the event loop."""
+    def _waiter(self, seq: int, timeout: float | None = None) -> _Waiter: ...
     def __reduce__(self) -> Any: ...
 
 @final
@@ -105,6 +113,8 @@ class SeqRecord:
     def locked(self) -> bool: ...
     def read(self) -> tuple[_Value, ...]:
         """One consistent snapshot, fields in order; never waits for a writer."""
+    def read_versioned(self) -> tuple[int, tuple[_Value, ...]]:
+        """(sequence, values): one snapshot and the (even) sequence of exactly that state."""
     def read_dict(self) -> dict[str, _Value]:
         """One consistent snapshot as a dict."""
     def read_into(self, buffer: Buffer, /) -> int:
@@ -116,6 +126,16 @@ class SeqRecord:
         """Set fields in one write section; nothing is written if any value is bad."""
     def write(self, timeout: float | None = None) -> RecordWriter:
         """A context manager for one multi-step write section."""
+    # readers that wait for news
+    def wait(self, seq: int, timeout: float | None = None) -> bool:
+        """True once a write section has ended since the state seq names; False on timeout."""
+    def wait_async(self, seq: int, timeout: float | None = None) -> Coroutine[Any, Any, bool]:
+        """wait() as a coroutine that never blocks the event loop."""
+    def changes(self, *, timeout: float | None = None) -> Iterator[tuple[int, tuple[_Value, ...]]]:
+        """(sequence, values): the current snapshot, then one per write; ends after timeout without one."""
+    def changes_async(self, *, timeout: float | None = None) -> AsyncIterator[tuple[int, tuple[_Value, ...]]]:
+        """changes() for async for."""
+    def _waiter(self, seq: int, timeout: float | None = None) -> _Waiter: ...
     def __reduce__(self) -> Any: ...
 
 @final
@@ -141,3 +161,10 @@ class ArrayField:
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> Any: ...
     def __setitem__(self, index: int, value: Any, /) -> None: ...
+
+@final
+class _Waiter:
+    """One cancellable wait (for seqlock_py._news; not public)."""
+
+    def wait(self) -> bool: ...
+    def cancel(self) -> None: ...

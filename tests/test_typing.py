@@ -33,6 +33,20 @@ USE = textwrap.dedent(
     buf = bytearray(rec.nbytes)
     sequence: int = rec.read_into(buf)
     fields: tuple[str, ...] = rec.fields
+
+    version, values = rec.read_versioned()
+    changed: bool = rec.wait(version, timeout=0.0)
+    for version, values in rec.changes(timeout=0.0):
+        pass
+    lock_version, result = lock.read_versioned(len, "abc")
+    length: int = result
+    changed = lock.wait(lock_version, 0)
+
+    async def consume() -> None:
+        woken: bool = await rec.wait_async(version, timeout=0.1)
+        woken = await lock.wait_async(lock_version)
+        async for version2, values2 in rec.changes_async(timeout=0.1):
+            pass
     """
 )
 

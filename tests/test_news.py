@@ -1,0 +1,584 @@
+"""Readers that wait for news: wait(), read_versioned(), changes(), and the
+asyncio forms, on both types, across threads and processes.
+
+Timing appears only as generous deadlines that tell a wake-up from a hang
+or from a waiter's nap (a lost wake-up would surface as a return after
+the 1 s nap or at the timeout); no test asserts how fast anything is.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import signal
+import threading
+import time
+
+import pytest
+
+from seqlock_py import SeqLock, SeqRecord
+from process_helpers import PythonProcess
+from workers import run_threads
+
+# A wake-up arrives well within this; a waiter's nap (1 s) or the tests'
+# long timeouts (LONG) would not.
+WOKEN = 0.5
+LONG = 30.0
+
+
+class Subject:
+    """A SeqLock guarding a dict, or a SeqRecord: the same operations."""
+
+    def __init__(self, kind):
+        self.kind = kind
+        if kind == "SeqLock":
+            self.obj = SeqLock()
+            self.state = {"x": 0}
+        else:
+            self.obj = SeqRecord(x="q")
+
+    def write(self, x):
+        if self.kind == "SeqLock":
+            with self.obj:
+                self.state["x"] = x
+        else:
+            self.obj.update(x=x)
+
+    def read_versioned(self):
+        """(sequence, x)"""
+        if self.kind == "SeqLock":
+            return self.obj.read_versioned(self.state.get, "x")
+        seq, (x,) = self.obj.read_versioned()
+        return seq, x
+
+
+@pytest.fixture(params=["SeqLock", "SeqRecord"])
+def subject(request):
+    return Subject(request.param)
+
+
+def write_later(subject, x, delay=0.05):
+    timer = threading.Timer(delay, subject.write, (x,))
+    timer.start()
+    return timer
+
+
+# ---- wait() ----------------------------------------------------------------
+
+
+def test_wait_returns_false_when_the_timeout_passes_without_a_write(subject):
+    seq, _ = subject.read_versioned()
+    start = time.monotonic()
+    assert subject.obj.wait(seq, 0.05) is False
+    assert time.monotonic() - start >= 0.05
+
+
+def test_wait_with_timeout_zero_only_looks(subject):
+    seq, _ = subject.read_versioned()
+    assert subject.obj.wait(seq, 0) is False
+    subject.write(1)
+    assert subject.obj.wait(seq, 0) is True
+
+
+def test_wait_returns_true_at_once_when_a_write_ended_since_seq(subject):
+    seq, _ = subject.read_versioned()
+    subject.write(1)
+    assert subject.obj.wait(seq) is True
+    assert subject.obj.wait(seq, timeout=0) is True
+
+
+def test_a_write_by_another_thread_wakes_a_waiter(subject):
+    seq, _ = subject.read_versioned()
+    timer = write_later(subject, 7)
+    start = time.monotonic()
+    assert subject.obj.wait(seq, LONG) is True
+    waited = time.monotonic() - start
+    timer.join()
+    assert waited < WOKEN
+    assert subject.read_versioned() == (seq + 2, 7)
+
+
+def test_a_write_wakes_a_waiter_in_a_thread_that_is_not_the_main_one(subject):
+    seq, _ = subject.read_versioned()
+    timer = write_later(subject, 7, delay=0.1)
+
+    def waiter(_):
+        start = time.monotonic()
+        return subject.obj.wait(seq, LONG), time.monotonic() - start
+
+    [(woken, waited)] = run_threads(1, waiter)
+    timer.join()
+    assert woken and waited < WOKEN
+
+
+def test_a_write_wakes_every_waiter(subject):
+    seq, _ = subject.read_versioned()
+    timer = write_later(subject, 1, delay=0.1)
+    results = run_threads(4, lambda _: subject.obj.wait(seq, LONG))
+    timer.join()
+    assert results == [True] * 4
+
+
+def test_wait_ignores_a_section_that_is_still_open(subject):
+    seq, _ = subject.read_versioned()
+    inside, leave = threading.Event(), threading.Event()
+
+    def writer():
+        if subject.kind == "SeqLock":
+            with subject.obj:
+                inside.set()
+                leave.wait(LONG)
+        else:
+            with subject.obj.write() as w:
+                w.x = 5
+                inside.set()
+                leave.wait(LONG)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert inside.wait(LONG)
+        assert subject.obj.wait(seq, 0.05) is False
+        assert subject.obj.wait(subject.obj.sequence, 0.05) is False
+    finally:
+        leave.set()
+        t.join()
+    assert subject.obj.wait(seq, 0) is True
+
+
+def test_a_rolled_back_section_counts_as_a_write():
+    rec = SeqRecord(x="q")
+    seq, before = rec.read_versioned()
+    with pytest.raises(ZeroDivisionError):
+        with rec.write() as w:
+            w.x = 1
+            1 / 0
+    assert rec.wait(seq, 0) is True
+    assert rec.read_versioned() == (seq + 2, before)
+
+
+def test_wait_while_this_thread_holds_the_write_lock_raises(subject):
+    if subject.kind == "SeqLock":
+        section = subject.obj.write()
+    else:
+        section = subject.obj.write()
+    with section:
+        with pytest.raises(RuntimeError, match="holds the write lock"):
+            subject.obj.wait(subject.obj.sequence)
+        with pytest.raises(RuntimeError, match="holds the write lock"):
+            subject.obj.wait(subject.obj.sequence, 0.01)
+    subject.write(1)
+    assert subject.obj.wait(0, 0) is True
+
+
+def test_waiting_thread_uses_almost_no_cpu_and_lets_other_threads_run(subject):
+    """The waiter sleeps on a futex: its thread's CPU time stays a sliver
+    of the wall time (a polling or spinning waiter would use about all of
+    it), while this thread keeps computing."""
+    seq, _ = subject.read_versioned()
+    period = 0.5
+    cpu = []
+
+    def waiter():
+        before = time.thread_time()
+        cpu.append(subject.obj.wait(seq, period))
+        cpu.append(time.thread_time() - before)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    spins = 0
+    while t.is_alive():
+        spins += 1
+        sum(range(100))
+    t.join()
+    woken, used = cpu
+    assert woken is False
+    assert spins > 1000
+    assert used < period / 10, f"the waiter used {used:.3f} s of CPU in {period} s"
+
+
+def test_ctrl_c_interrupts_a_main_thread_waiting_for_a_write(subject):
+    assert threading.current_thread() is threading.main_thread()
+    seq, _ = subject.read_versioned()
+    timer = threading.Timer(0.2, signal.pthread_kill,
+                            (threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            subject.obj.wait(seq)
+            pytest.fail("wait() returned without a write")
+    finally:
+        timer.join()
+    assert time.monotonic() - start < WOKEN
+    subject.write(1)
+    assert subject.obj.wait(seq, 0) is True
+
+
+@pytest.mark.parametrize("seq, error", [
+    (-1, ValueError), (-(2**70), ValueError), (2**64, OverflowError),
+    ("0", TypeError), (1.0, TypeError), (None, TypeError),
+])
+def test_wait_rejects_what_is_not_a_sequence_number(subject, seq, error):
+    with pytest.raises(error):
+        subject.obj.wait(seq, 0)
+
+
+@pytest.mark.parametrize("timeout, error", [
+    (-2, ValueError), (math.nan, ValueError), ("1", TypeError),
+    (1e300, OverflowError),
+])
+def test_wait_rejects_a_bad_timeout(subject, timeout, error):
+    with pytest.raises(error):
+        subject.obj.wait(0, timeout)
+
+
+def test_wait_takes_seq_and_timeout_by_keyword(subject):
+    assert subject.obj.wait(seq=0, timeout=0) is False
+
+
+def test_wait_for_any_other_sequence_returns_at_once(subject):
+    """seq names a state; any other even count is news, even a seq the
+    lock never had (2**64 - 1 is the largest accepted)."""
+    assert subject.obj.wait(2**64 - 1, timeout=0) is True
+    assert subject.obj.wait(5) is True
+
+
+# ---- read_versioned() --------------------------------------------------------
+
+
+def test_read_versioned_gives_the_even_sequence_of_the_state_it_read(subject):
+    assert subject.read_versioned() == (0, 0)
+    subject.write(5)
+    assert subject.read_versioned() == (2, 5)
+
+
+def test_record_read_versioned_inside_an_open_section_gives_the_committed_state():
+    rec = SeqRecord(x="q")
+    rec.update(x=1)
+    with rec.write() as w:
+        w.x = 2
+        assert rec.sequence == 3
+        assert rec.read_versioned() == (2, (1,))
+
+
+def test_seqlock_read_versioned_passes_arguments_and_returns_the_result():
+    lock = SeqLock()
+    assert lock.read_versioned(divmod, 7, 2) == (0, (3, 1))
+    assert lock.read_versioned(dict, a=1) == (0, {"a": 1})
+    with pytest.raises(TypeError, match="read_versioned"):
+        lock.read_versioned()
+    with pytest.raises(TypeError, match="callable"):
+        lock.read_versioned(3)
+
+
+@pytest.mark.timeout(60)
+def test_versioned_snapshots_match_their_version_under_a_flat_out_writer(subject):
+    """The k-th write stores x = k, so the state with sequence 2k has x = k:
+    every (sequence, value) pair a reader gets must satisfy it."""
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        k = 0
+        while not stop.is_set():
+            k += 1
+            subject.write(k)
+        written.append(k)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    pairs = 0
+    mismatched = []
+    deadline = time.monotonic() + 1.0
+    try:
+        while time.monotonic() < deadline:
+            seq, x = subject.read_versioned()
+            pairs += 1
+            if seq % 2 or x != seq // 2:
+                mismatched.append((seq, x))
+    finally:
+        stop.set()
+        t.join()
+    assert written[0] > 100 and pairs > 1000
+    assert mismatched == []
+
+
+# ---- changes() ---------------------------------------------------------------
+
+
+def test_changes_starts_with_the_current_snapshot():
+    rec = SeqRecord(x="q")
+    rec.update(x=3)
+    assert next(rec.changes(timeout=0)) == (2, (3,))
+
+
+def test_changes_ends_when_no_write_arrives_within_the_timeout():
+    rec = SeqRecord(x="q")
+    changes = rec.changes(timeout=0.05)
+    assert next(changes) == (0, (0,))
+    start = time.monotonic()
+    with pytest.raises(StopIteration):
+        next(changes)
+    assert time.monotonic() - start >= 0.05
+    rec.update(x=1)
+    with pytest.raises(StopIteration):  # an ended iterator stays ended
+        next(changes)
+
+
+@pytest.mark.timeout(60)
+def test_changes_yields_each_write_in_order_without_repeats():
+    rec = SeqRecord(x="q")
+    n = 50
+
+    def writer():
+        for k in range(1, n + 1):
+            time.sleep(0.002)
+            rec.update(x=k)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    seen = list(rec.changes(timeout=1.0))
+    t.join()
+    seqs = [seq for seq, _ in seen]
+    assert seqs == sorted(set(seqs))
+    assert all(x == seq // 2 for seq, (x,) in seen)
+    assert seen[-1] == (2 * n, (n,))
+
+
+def test_changes_skips_the_versions_a_slow_consumer_missed():
+    rec = SeqRecord(x="q")
+    changes = rec.changes(timeout=LONG)
+    assert next(changes) == (0, (0,))
+    for k in (1, 2, 3):
+        rec.update(x=k)
+    assert next(changes) == (6, (3,))  # (6 - 0) // 2 = 3 writes ended
+
+
+def test_changes_takes_its_timeout_by_keyword_only_and_checks_it_at_once():
+    rec = SeqRecord(x="q")
+    with pytest.raises(TypeError):
+        rec.changes(1.0)
+    with pytest.raises(ValueError):
+        rec.changes(timeout=-5)
+
+
+# ---- across processes --------------------------------------------------------
+
+CONSUMER_SCRIPT = """
+import sys
+from record_helpers import open_shared_record
+rec = open_shared_record(sys.argv[1], x="q")
+seen = []
+for seq, (x,) in rec.changes(timeout=10):
+    if not seen:
+        print("ready", flush=True)
+    seen.append((seq, x))
+    if x == 3:
+        break
+print("seen", seen, flush=True)
+"""
+
+WRITER_SCRIPT = """
+import sys
+from record_helpers import open_shared_record
+rec = open_shared_record(sys.argv[1], x="q")
+print("ready", flush=True)
+sys.stdin.readline()
+rec.update(x=int(sys.argv[2]))
+"""
+
+
+class SharedRecord:
+    """A record in multiprocessing.shared_memory, for the fixture."""
+
+    def __init__(self):
+        from multiprocessing import shared_memory
+        self.shm = shared_memory.SharedMemory(
+            create=True, size=SeqRecord.buffer_size(x="q"))
+        self.name = self.shm.name
+        self.rec = SeqRecord.create(self.shm.buf, x="q")
+
+    def close(self):
+        self.rec = None  # releases the buffer export before close()
+        self.shm.close()
+        self.shm.unlink()
+
+
+@pytest.fixture
+def shared_record():
+    shared = SharedRecord()
+    yield shared
+    shared.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_write_from_another_process_wakes_a_waiter_on_a_shared_record(shared_record):
+    name, rec = shared_record.name, shared_record.rec
+    seq, _ = rec.read_versioned()
+    with PythonProcess(WRITER_SCRIPT, name, 42) as writer:
+        writer.expect("ready")
+
+        def tell_later():
+            time.sleep(0.1)
+            writer.tell("go")
+
+        teller = threading.Thread(target=tell_later)
+        teller.start()
+        start = time.monotonic()
+        woken = rec.wait(seq, LONG)
+        waited = time.monotonic() - start
+        teller.join()
+        code, out = writer.finish()
+    assert code == 0, out
+    assert woken and waited < 0.1 + WOKEN
+    assert rec.read_versioned() == (seq + 2, (42,))
+
+
+@pytest.mark.timeout(60)
+def test_a_consumer_in_another_process_sees_each_write_in_order(shared_record):
+    name, rec = shared_record.name, shared_record.rec
+    with PythonProcess(CONSUMER_SCRIPT, name) as consumer:
+        consumer.expect("ready")
+        for k in (1, 2, 3):
+            time.sleep(0.05)
+            rec.update(x=k)
+        line = consumer.expect("seen")
+        code, out = consumer.finish()
+    assert code == 0, out
+    assert line == "seen [(0, 0), (2, 1), (4, 2), (6, 3)]"
+
+
+# ---- asyncio -----------------------------------------------------------------
+
+
+def waiter_threads():
+    return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
+
+
+def no_waiter_thread_left():
+    deadline = time.monotonic() + WOKEN
+    while waiter_threads() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not waiter_threads()
+
+
+async def ticking_while(awaitable):
+    """Await awaitable while a ticker counts event-loop turns: the loop
+    keeps running if the ticks keep coming."""
+    ticks = 0
+    stop = False
+
+    async def ticker():
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    task = asyncio.create_task(ticker())
+    try:
+        return await awaitable, ticks
+    finally:
+        stop = True
+        await task
+
+
+def test_wait_async_keeps_the_loop_running_until_a_write_wakes_it(subject):
+    seq, _ = subject.read_versioned()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, functools.partial(threading.Thread(
+            target=subject.write, args=(9,)).start))
+        return await ticking_while(subject.obj.wait_async(seq, LONG))
+
+    woken, ticks = asyncio.run(main())
+    assert woken is True
+    assert ticks >= 5
+    assert subject.read_versioned() == (seq + 2, 9)
+    assert no_waiter_thread_left()
+
+
+def test_wait_async_returns_false_at_its_timeout(subject):
+    seq, _ = subject.read_versioned()
+    woken, ticks = asyncio.run(ticking_while(subject.obj.wait_async(seq, 0.1)))
+    assert woken is False and ticks >= 2
+    assert no_waiter_thread_left()
+
+
+def test_wait_async_returns_at_once_when_a_write_ended_since_seq(subject):
+    seq, _ = subject.read_versioned()
+    subject.write(1)
+    assert asyncio.run(subject.obj.wait_async(seq)) is True
+    assert asyncio.run(subject.obj.wait_async(seq + 2, timeout=0)) is False
+    assert waiter_threads() == []
+
+
+def test_cancelling_wait_async_leaves_no_thread_waiting(subject):
+    seq, _ = subject.read_versioned()
+
+    async def main():
+        task = asyncio.create_task(subject.obj.wait_async(seq))
+        await asyncio.sleep(0.05)
+        assert len(waiter_threads()) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert no_waiter_thread_left()
+    assert subject.obj.wait(seq, 0) is False  # nothing was written
+
+
+def test_wait_for_timeout_around_wait_async_leaves_no_thread_waiting(subject):
+    seq, _ = subject.read_versioned()
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(subject.obj.wait_async(seq), 0.05)
+
+    asyncio.run(main())
+    assert no_waiter_thread_left()
+
+
+def test_wait_async_checks_its_arguments_when_called(subject):
+    with pytest.raises(ValueError):
+        subject.obj.wait_async(-1)
+    with pytest.raises(ValueError):
+        subject.obj.wait_async(0, -3)
+    with pytest.raises(TypeError):
+        subject.obj.wait_async("0")
+
+
+def test_changes_async_yields_each_write_and_ends_at_its_timeout():
+    rec = SeqRecord(x="q")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        for k, delay in ((1, 0.05), (2, 0.1), (3, 0.15)):
+            loop.call_later(delay, functools.partial(rec.update, x=k))
+        return [item async for item in rec.changes_async(timeout=0.5)]
+
+    seen = asyncio.run(main())
+    assert seen == [(0, (0,)), (2, (1,)), (4, (2,)), (6, (3,))]
+    assert no_waiter_thread_left()
+
+
+def test_changes_async_checks_its_timeout_when_called():
+    rec = SeqRecord(x="q")
+    with pytest.raises(ValueError):
+        rec.changes_async(timeout=-2)
+    with pytest.raises(TypeError):
+        rec.changes_async(1.0)
+
+
+def test_breaking_out_of_changes_async_leaves_no_thread_waiting():
+    rec = SeqRecord(x="q")
+
+    async def main():
+        async for seq, _ in rec.changes_async():
+            break
+        return seq
+
+    assert asyncio.run(main()) == 0
+    assert no_waiter_thread_left()
