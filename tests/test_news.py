@@ -582,3 +582,27 @@ def test_breaking_out_of_changes_async_leaves_no_thread_waiting():
 
     assert asyncio.run(main()) == 0
     assert no_waiter_thread_left()
+
+
+# ---- as a property -------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.sampled_from(["update", "rollback"]), max_size=12),
+       seq=st.integers(min_value=0, max_value=40))
+def test_wait_without_timeout_looks_exactly_at_whether_the_state_is_another(ops, seq):
+    """With no section open, wait(seq, 0) is True exactly when seq is not
+    the current count, and read_versioned() names the current count."""
+    rec = SeqRecord(x="q")
+    for k, op in enumerate(ops):
+        if op == "update":
+            rec.update(x=k)
+        else:
+            with pytest.raises(KeyError):
+                with rec.write() as w:
+                    w.x = -1
+                    raise KeyError
+    assert rec.read_versioned()[0] == rec.sequence == 2 * len(ops)
+    assert rec.wait(seq, 0) is (seq != rec.sequence)
