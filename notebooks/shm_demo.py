@@ -1,5 +1,6 @@
-"""Reader process for lock_free_reads_at_scale.ipynb: attach to a SeqRecord
-in shared memory and read it flat out, checking every snapshot.
+"""Processes for lock_free_reads_at_scale.ipynb: readers that attach to a
+SeqRecord in shared memory and read it flat out, checking every snapshot,
+and a feeder that writes it now and then for a consumer to wait on.
 
 A separate module because multiprocessing's "spawn" start method imports the
 target function by name in the child, which cannot reach a notebook cell.
@@ -52,4 +53,21 @@ def raw_reader(shm_name, seconds, barrier, results):
         reads += 200
     results.put((reads, torn, 0))
     mv.release()
+    shm.close()
+
+
+def feeder(shm_name, fields, writes, period, barrier):
+    """Write `writes` times, `period` seconds apart: price and volume, and
+    the time of the write (time.monotonic_ns(), one clock for every process
+    of the machine) in `stamp`, so the consumer can time its wake-up."""
+    shm = attach(shm_name)
+    rec = SeqRecord.attach(shm.buf, **fields)
+    barrier.wait()
+    for volume in range(1, writes + 1):
+        time.sleep(period)
+        with rec.write() as w:
+            w.price = 100.0 + volume
+            w.volume = volume
+            w.stamp = time.monotonic_ns()   # the section ends right after
+    del rec, w
     shm.close()

@@ -30,3 +30,20 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     client.execute()  # raises CellExecutionError if any cell fails
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+
+
+MACHINE_PATHS = ("/tmp/", "/root/", "/home/", "/work/", "/usr/local/")
+
+
+@pytest.mark.parametrize("name", ["why_a_seqlock.ipynb",
+                                  "lock_free_reads_at_scale.ipynb"])
+def test_committed_notebook_outputs_name_no_path_of_the_machine_that_ran_them(name):
+    import json
+    nb = json.loads((NOTEBOOKS / name).read_text())
+    texts = []
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            for value in [out.get("text", "")] + list(out.get("data", {}).values()):
+                texts.append(value if isinstance(value, str) else "".join(value))
+    leaks = [p for p in MACHINE_PATHS for t in texts if p in t]
+    assert leaks == []

@@ -207,7 +207,9 @@ parallel. This notebook measures
 2. the writer's wait: a seqlock writer never waits for readers, while the
    writer of a reader-preferring reader-writer lock waits longer the more
    readers there are;
-3. reads across processes from a `SeqRecord` in `SharedMemory`.
+3. reads across processes from a `SeqRecord` in `SharedMemory`;
+4. a live consumer in this process of a record another process feeds,
+   asleep between writes (`rec.changes()`).
 
 The notebook's kernel may be a normal CPython: parts 1 and 2 run
 `benchmarks/compare.py` under a free-threaded interpreter with `seqlock_py`
@@ -241,8 +243,11 @@ def find_ft_python():
 
 FT = find_ft_python()
 PY = FT or sys.executable
-print("free-threaded interpreter:", FT or "none found: running on this kernel's "
-      "interpreter instead (GIL build), so expect no scaling")
+FT_VERSION = FT and subprocess.run([FT, "-c", "import sys; print(sys.version.split()[0])"],
+                                   capture_output=True, text=True).stdout.strip()
+print(f"free-threaded interpreter: Python {FT_VERSION}t" if FT else "free-threaded "
+      "interpreter: none found: running on this kernel's interpreter instead (GIL "
+      "build), so expect no scaling")
 print(f"reader threads {THREADS}, {SECONDS} s x {REPEATS} rounds, quick={QUICK}")"""),
     ("code", """\
 contenders = ["SeqRecord.read()", "SeqRecord.read_into()", "threading.Lock",
@@ -254,7 +259,7 @@ cmd = [PY, "-P", str(ROOT / "benchmarks/compare.py"), "--sizes", "4", "--writers
        "--repeats", str(REPEATS), "--contenders", ",".join(contenders),
        "--json", str(out_json)]
 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-print(proc.stdout[-4000:], proc.stderr[-2000:])
+print(proc.stdout[-4000:].replace(str(out_json), out_json.name), proc.stderr[-2000:])
 proc.check_returncode()
 result = json.loads(out_json.read_text())
 by = {(e["contender"], e["threads"]): e for e in result["results"]}
@@ -370,6 +375,47 @@ finally:
 Readers in every process are lock-free and never saw a torn snapshot; a
 writer that dies inside a write section is rolled back by the next process
 that waits for the lock (`python -m seqlock_py --dead-writer`)."""),
+    ("md", """\
+## 4. A live consumer: waiting for news instead of polling
+
+A feeder process writes the record every 20 ms; this notebook consumes it
+with `rec.changes()`, which yields the current snapshot and then one per
+write, asleep on the record's sequence word in between: a futex the
+writer's section end wakes, so the consumer uses no CPU while it waits.
+Each write stamps the time it was made (`time.monotonic_ns()`, one clock
+for every process), so each line shows the wake-up latency from the
+writer's commit to the consumer holding the new values."""),
+    ("code", """\
+fields = dict(price="d", volume="q", stamp="q")
+WRITES, PERIOD = (5, 0.02) if QUICK else (20, 0.02)
+shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(**fields))
+try:
+    rec = SeqRecord.create(shm.buf, **fields)
+    barrier = ctx.Barrier(2)
+    feeder = ctx.Process(target=shm_demo.feeder,
+                         args=(shm.name, fields, WRITES, PERIOD, barrier))
+    feeder.start()
+    barrier.wait(timeout=120)
+    cpu_before, latencies, last = time.thread_time(), [], None
+    for seq, (price, volume, stamp) in rec.changes(timeout=5):
+        if stamp:
+            latency_us = (time.monotonic_ns() - stamp) / 1e3
+            latencies.append(latency_us)
+            missed = (seq - last) // 2 - 1 if last is not None else 0
+            print(f"seq {seq:3}: price {price:6.1f}  volume {volume:3}  "
+                  f"woke {latency_us:7.1f} us after the write"
+                  + (f"  ({missed} missed)" if missed else ""))
+        last = seq
+        if volume == WRITES:
+            break
+    cpu = time.thread_time() - cpu_before
+    feeder.join(timeout=60)
+    latencies.sort()
+    print(f"{len(latencies)} changes; median wake-up {latencies[len(latencies) // 2]:.0f} us; "
+          f"consumer CPU {cpu * 1e3:.1f} ms over {WRITES * PERIOD * 1e3:.0f} ms of waiting")
+    del rec
+finally:
+    shm.close(); shm.unlink()"""),
 ]
 
 
