@@ -64,10 +64,21 @@ SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* A SeqLock refers to nothing but its type; it is a GC type all the same,
+ * as objects that may be shared by threads (deferred reference counts,
+ * compat.h) must be. */
+static int
+SeqLock_traverse(SeqLockObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
 static void
 SeqLock_dealloc(SeqLockObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
@@ -171,13 +182,14 @@ SeqLock_write(SeqLockObject *self, PyObject *args, PyObject *kwargs)
     if (state == NULL) {
         return NULL;
     }
-    WriteSectionObject *section = PyObject_New(WriteSectionObject,
-                                               state->write_section_type);
+    WriteSectionObject *section = PyObject_GC_New(
+        WriteSectionObject, state->write_section_type);
     if (section == NULL) {
         return NULL;
     }
     section->owner = (SeqLockObject *)Py_NewRef(self);
     section->timeout_ns = timeout_ns;
+    PyObject_GC_Track(section);
     return (PyObject *)section;
 }
 
@@ -424,6 +436,7 @@ PyDoc_STRVAR(SeqLock_doc,
 static PyType_Slot SeqLock_slots[] = {
     {Py_tp_new, SeqLock_new},
     {Py_tp_dealloc, SeqLock_dealloc},
+    {Py_tp_traverse, SeqLock_traverse},
     {Py_tp_repr, SeqLock_repr},
     {Py_tp_methods, SeqLock_methods},
     {Py_tp_getset, SeqLock_getset},
@@ -435,18 +448,34 @@ static PyType_Slot SeqLock_slots[] = {
 PyType_Spec seqlock_type_spec = {
     .name = "seqlock_py.SeqLock",
     .basicsize = sizeof(SeqLockObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = SeqLock_slots,
 };
 
 /* ---- the write-section context manager ---- */
 
+static int
+WriteSection_traverse(WriteSectionObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+WriteSection_clear(WriteSectionObject *self)
+{
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
 static void
 WriteSection_dealloc(WriteSectionObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    Py_DECREF(self->owner);
-    PyObject_Free(self);
+    PyObject_GC_UnTrack(self);
+    (void)WriteSection_clear(self);
+    PyObject_GC_Del(self);
     Py_DECREF(type);
 }
 
@@ -483,6 +512,8 @@ static PyMethodDef WriteSection_methods[] = {
 
 static PyType_Slot WriteSection_slots[] = {
     {Py_tp_dealloc, WriteSection_dealloc},
+    {Py_tp_traverse, WriteSection_traverse},
+    {Py_tp_clear, WriteSection_clear},
     {Py_tp_methods, WriteSection_methods},
     {Py_tp_doc, (void *)PyDoc_STR("One write section of a SeqLock; made by "
                                   "SeqLock.write().")},
@@ -493,6 +524,6 @@ PyType_Spec write_section_type_spec = {
     .name = "seqlock_py.WriteSection",
     .basicsize = sizeof(WriteSectionObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
-             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
     .slots = WriteSection_slots,
 };

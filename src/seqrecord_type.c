@@ -488,10 +488,33 @@ SeqRecord_buffer_size(PyTypeObject *Py_UNUSED(type), PyObject *args,
     return PyLong_FromSize_t(size);
 }
 
+static int
+SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->view.obj);
+    return 0;
+}
+
+/* Drop the export of a create()/attach() buffer, the one reference a
+ * record holds, to break a cycle through it.  Only the collector calls
+ * this, on a record no thread of ours holds (a holder keeps it alive) and
+ * after the cycle's finalizers ran: nothing reads the record again. */
+static int
+SeqRecord_clear(SeqRecordObject *self)
+{
+    if (self->view.obj != NULL) {
+        bound_lock_fini(&self->lock); /* before its memory can go */
+        PyBuffer_Release(&self->view);
+    }
+    return 0;
+}
+
 static void
 SeqRecord_dealloc(SeqRecordObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
@@ -499,9 +522,7 @@ SeqRecord_dealloc(SeqRecordObject *self)
     if (self->h != NULL) {
         bound_lock_fini(&self->lock);
     }
-    if (self->view.obj != NULL) {
-        PyBuffer_Release(&self->view);
-    }
+    (void)SeqRecord_clear(self);
     if (self->memory != NULL) {
         seqlock_destroy(&self->h->lock);
         PyMem_Free(self->memory);
@@ -768,14 +789,15 @@ SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
     if (state == NULL) {
         return NULL;
     }
-    RecordWriterObject *writer = PyObject_New(RecordWriterObject,
-                                              state->record_writer_type);
+    RecordWriterObject *writer = PyObject_GC_New(RecordWriterObject,
+                                                 state->record_writer_type);
     if (writer == NULL) {
         return NULL;
     }
     writer->record = (SeqRecordObject *)Py_NewRef(self);
     writer->timeout_ns = timeout_ns;
     atomic_init(&writer->active, 0);
+    PyObject_GC_Track(writer);
     return (PyObject *)writer;
 }
 
@@ -899,6 +921,8 @@ PyDoc_STRVAR(SeqRecord_doc,
 static PyType_Slot SeqRecord_slots[] = {
     {Py_tp_new, SeqRecord_new},
     {Py_tp_dealloc, SeqRecord_dealloc},
+    {Py_tp_traverse, SeqRecord_traverse},
+    {Py_tp_clear, SeqRecord_clear},
     {Py_tp_repr, SeqRecord_repr},
     {Py_tp_methods, SeqRecord_methods},
     {Py_tp_getset, SeqRecord_getset},
@@ -911,7 +935,7 @@ static PyType_Slot SeqRecord_slots[] = {
 PyType_Spec seqrecord_type_spec = {
     .name = "seqlock_py.SeqRecord",
     .basicsize = sizeof(SeqRecordObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = SeqRecord_slots,
 };
 
@@ -948,10 +972,29 @@ close_section(RecordWriterObject *w, int rollback)
                     : unlock_write(&w->record->lock);
 }
 
+static int
+RecordWriter_traverse(RecordWriterObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->record);
+    return 0;
+}
+
+/* An open section needs its record (dealloc undoes it): keep it. */
+static int
+RecordWriter_clear(RecordWriterObject *self)
+{
+    if (!atomic_load_explicit(&self->active, memory_order_relaxed)) {
+        Py_CLEAR(self->record);
+    }
+    return 0;
+}
+
 static void
 RecordWriter_dealloc(RecordWriterObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
     if (atomic_load_explicit(&self->active, memory_order_relaxed)) {
         /* Dropped inside its section: undo it rather than leave the
          * record locked for ever; on another thread than the holder's,
@@ -969,8 +1012,8 @@ RecordWriter_dealloc(RecordWriterObject *self)
                 memory_order_relaxed);
         }
     }
-    Py_DECREF(self->record);
-    PyObject_Free(self);
+    Py_XDECREF(self->record);
+    PyObject_GC_Del(self);
     Py_DECREF(type);
 }
 
@@ -1019,13 +1062,14 @@ RecordWriter_getattro(RecordWriterObject *self, PyObject *name)
     }
     if (f->is_array) {
         module_state *state = state_of((PyObject *)self);
-        ArrayFieldObject *view = PyObject_New(ArrayFieldObject,
-                                              state->array_field_type);
+        ArrayFieldObject *view = PyObject_GC_New(ArrayFieldObject,
+                                                 state->array_field_type);
         if (view == NULL) {
             return NULL;
         }
         view->writer = (RecordWriterObject *)Py_NewRef(self);
         view->field = f;
+        PyObject_GC_Track(view);
         return (PyObject *)view;
     }
     unsigned char item[8];
@@ -1084,6 +1128,8 @@ static PyMethodDef RecordWriter_methods[] = {
 
 static PyType_Slot RecordWriter_slots[] = {
     {Py_tp_dealloc, RecordWriter_dealloc},
+    {Py_tp_traverse, RecordWriter_traverse},
+    {Py_tp_clear, RecordWriter_clear},
     {Py_tp_getattro, RecordWriter_getattro},
     {Py_tp_setattro, RecordWriter_setattro},
     {Py_tp_methods, RecordWriter_methods},
@@ -1097,18 +1143,34 @@ PyType_Spec record_writer_type_spec = {
     .name = "seqlock_py.RecordWriter",
     .basicsize = sizeof(RecordWriterObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
-             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
     .slots = RecordWriter_slots,
 };
 
 /* ---- ArrayField: w.samples inside a write section ---- */
 
+static int
+ArrayField_traverse(ArrayFieldObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->writer);
+    return 0;
+}
+
+static int
+ArrayField_clear(ArrayFieldObject *self)
+{
+    Py_CLEAR(self->writer);
+    return 0;
+}
+
 static void
 ArrayField_dealloc(ArrayFieldObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    Py_DECREF(self->writer);
-    PyObject_Free(self);
+    PyObject_GC_UnTrack(self);
+    (void)ArrayField_clear(self);
+    PyObject_GC_Del(self);
     Py_DECREF(type);
 }
 
@@ -1172,6 +1234,8 @@ ArrayField_ass_item(ArrayFieldObject *self, Py_ssize_t i, PyObject *value)
 
 static PyType_Slot ArrayField_slots[] = {
     {Py_tp_dealloc, ArrayField_dealloc},
+    {Py_tp_traverse, ArrayField_traverse},
+    {Py_tp_clear, ArrayField_clear},
     {Py_sq_length, ArrayField_length},
     {Py_sq_item, ArrayField_item},
     {Py_sq_ass_item, ArrayField_ass_item},
@@ -1185,6 +1249,6 @@ PyType_Spec array_field_type_spec = {
     .name = "seqlock_py.ArrayField",
     .basicsize = sizeof(ArrayFieldObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
-             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
     .slots = ArrayField_slots,
 };
