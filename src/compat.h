@@ -26,6 +26,22 @@
 #define SEQLOCK_PY_MOD_INTERP_SLOT
 #endif
 
+/* Deferred reference counting (3.14): on the free-threaded build the
+ * interpreter then loads the object from globals, attributes and locals
+ * without writing its reference count, so threads reading one shared
+ * SeqLock or SeqRecord through `rec.read()` or `self.rec` stop contending
+ * on that word.  The object must be a GC type; where there is no such
+ * thing (before 3.14, or with the GIL) the call does nothing. */
+static inline void
+defer_refcount(PyObject *obj)
+{
+#if PY_VERSION_HEX >= 0x030e0000
+    (void)PyUnstable_Object_EnableDeferredRefcount(obj);
+#else
+    (void)obj;
+#endif
+}
+
 /* PyMemberDef constants got Py_ names in 3.12. */
 #if PY_VERSION_HEX < 0x030c0000
 #include <structmember.h>

@@ -60,6 +60,7 @@ SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     bound_lock_init(&self->lock, &self->word, NULL, (PyObject *)self, 1);
     atomic_store_explicit(&self->lock.budget.max_retries, max_retries,
                           memory_order_relaxed);
+    defer_refcount((PyObject *)self);
     self->weakreflist = NULL;
     return (PyObject *)self;
 }

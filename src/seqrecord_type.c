@@ -260,6 +260,7 @@ record_alloc(PyTypeObject *type, PyObject *kwargs)
         return NULL;
     }
     self->layout = layout;
+    defer_refcount((PyObject *)self);
     return self;
 }
 
