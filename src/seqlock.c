@@ -686,9 +686,11 @@ end_section(seqlock_t *sl)
                                         memory_order_relaxed);
     raw_write_seqcount_latch(&sl->seqcount);
     atomic_thread_fence(memory_order_seq_cst);
-    /* seq is odd: the section began at seq - 1. */
-    if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed) + 1
-        >= seq) {
+    /* seq is odd (so seq - 1 cannot wrap): the section began at seq - 1.
+     * Not wake_from + 1 >= seq: that overflows for a sleeper announced
+     * on the count 2**64 - 1. */
+    if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed)
+        >= seq - 1) {
         wake_all_on(low_half(&sl->seqcount.sequence));
     }
 }
