@@ -41,6 +41,7 @@ enum {
  * at the holder's death: their nap is a safety net. */
 #define WRITER_NAP_NS (100 * 1000 * 1000LL)
 #define WAITER_NAP_NS (SEQLOCK_WAITER_NAP_MS * 1000 * 1000LL)
+#define CANCELLABLE_NAP_NS (SEQLOCK_CANCELLABLE_NAP_MS * 1000 * 1000LL)
 #define INITIALISING 1u
 
 static inline void
@@ -867,7 +868,11 @@ seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
         if (deadline == -2) {
             deadline = timeout_ns == 0 ? 0 : deadline_after(timeout_ns);
         }
-        int64_t nap = next_nap_ns(deadline, WAITER_NAP_NS);
+        /* A cancel's wake-up finds nobody if it lands between our look at
+         * *cancel and our futex wait (the count, our futex word, does not
+         * change): a cancellable wait naps short. */
+        int64_t nap = next_nap_ns(
+            deadline, cancel != NULL ? CANCELLABLE_NAP_NS : WAITER_NAP_NS);
         if (nap == 0) {
             result = ETIMEDOUT;
             break;

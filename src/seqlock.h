@@ -292,12 +292,15 @@ int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
                             int64_t timeout_ns, const _Atomic uint32_t *cancel,
                             uint64_t *now);
 #define SEQLOCK_WAITER_NAP_MS 1000
+/* The nap of a wait with a cancel flag: a cancel that races the waiter's
+ * falling asleep is seen within it (its wake-up found nobody asleep). */
+#define SEQLOCK_CANCELLABLE_NAP_MS 50
 
 /**
  * seqlock_wake_waiters - make every thread asleep on the count look again
  * For cancelling a wait: set its *cancel, then call this.  Sleepers that
  * find nothing changed sleep again.  A cancel that races the waiter's
- * falling asleep is seen within SEQLOCK_WAITER_NAP_MS.
+ * falling asleep is seen within SEQLOCK_CANCELLABLE_NAP_MS.
  */
 void seqlock_wake_waiters(const seqlock_t *sl);
 /* Block all maskable signals for this thread; returns the previous nesting
