@@ -865,6 +865,10 @@ seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
             result = EDEADLK;
             break;
         }
+        if ((s & 1u) && seqlock_owner_died(lock)) {
+            result = EOWNERDEAD; /* nobody will end this section */
+            break;
+        }
         if (deadline == -2) {
             deadline = timeout_ns == 0 ? 0 : deadline_after(timeout_ns);
         }

@@ -277,8 +277,11 @@ uint64_t seqlock_read_wait_(const seqlock_t *sl);
  * already is), with *now set to it: the state *now names is committed and
  * newer than seq's.  Else ETIMEDOUT (timeout_ns passed; 0 only looks,
  * < 0 waits for ever), ECANCELED (*cancel became nonzero: see
- * seqlock_wake_waiters()), EINTR (a signal handler ran while asleep) or
- * EDEADLK (the caller holds the lock word: no one else can write).
+ * seqlock_wake_waiters()), EINTR (a signal handler ran while asleep),
+ * EDEADLK (the caller holds the lock word: no one else can write) or
+ * EOWNERDEAD (a section is open and its writer died or it was abandoned:
+ * as seqlock_read_begin_timed(); seen at the latest at the next nap's
+ * end).
  * The waiter sleeps on the low half of the count, a futex that works
  * across processes, after announcing itself in wake_from; a section's end
  * wakes sleepers only if one announced itself for it, so a write costs
