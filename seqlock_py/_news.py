@@ -13,12 +13,48 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 
 def changes(record: Any, timeout: float | None) -> Iterator[tuple[int, tuple[Any, ...]]]:
     """SeqRecord.changes(): the current snapshot, then one per write."""
+    return _OneThreadAtATime(_changes(record, timeout))
+
+
+class _OneThreadAtATime(Iterator[Any]):
+    """A generator that two threads cannot run at once: the second gets
+    ValueError, as a generator gives it under the GIL.  The free-threaded
+    build does not serialise a generator's frame: two threads in next()
+    on one plain generator crash the interpreter."""
+
+    __slots__ = ("_gen", "_busy")
+
+    def __init__(self, gen: Generator[Any, None, None]) -> None:
+        self._gen = gen
+        self._busy = threading.Lock()
+
+    def __iter__(self) -> _OneThreadAtATime:
+        return self
+
+    def __next__(self) -> Any:
+        if not self._busy.acquire(blocking=False):
+            raise ValueError("generator already executing")
+        try:
+            return next(self._gen)
+        finally:
+            self._busy.release()
+
+    def close(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise ValueError("generator already executing")
+        try:
+            self._gen.close()
+        finally:
+            self._busy.release()
+
+
+def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[Any, ...]], None, None]:
     seq, values = record.read_versioned()
     yield seq, values
     while record.wait(seq, timeout):

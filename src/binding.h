@@ -177,7 +177,8 @@ begin_read(bound_lock *b, uint64_t *seq)
  * count is seq (seqlock_wait_for_change()): 1 with *now set to the new
  * (even) count; 0 if timeout_ns (-1: for ever) passed first or *cancel
  * (may be NULL) was set; -1 with RuntimeError if this thread holds the
- * lock, or with what a signal handler raised.  Waits in the main thread
+ * lock or a SeqLock's writer died in its section (a record's is repaired:
+ * news), or with what a signal handler raised.  Waits in the main thread
  * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
  * sleeps until the news. */
 int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
@@ -273,7 +274,10 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
         "another process wakes it), releasing the GIL and using no CPU; a\n" \
         "write wakes sleepers only when there are any.  Ctrl-C interrupts\n" \
         "the wait.  Raises RuntimeError if this thread holds the write "      \
-        "lock.")
+        "lock,\n"                                                            \
+        "or if a SeqLock's writer died inside its section (as read() does);\n" \
+        "a SeqRecord's dead writer's section is rolled back, which counts\n"  \
+        "as a write.")
 
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 #define NEWS_WAITER_DOC                                                      \

@@ -418,8 +418,25 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
 {
     change_wait w = {seq, cancel, 0};
     int64_t slice = signal_handlers_run_here() ? WAIT_SLICE_NS : -1;
-    int err = wait_in_slices(core_wait_for_change, b->sl, timeout_ns, slice,
+    int64_t start = timeout_ns > 0 ? monotonic_ns() : 0;
+    int err;
+    for (;;) {
+        err = wait_in_slices(core_wait_for_change, b->sl, timeout_ns, slice,
                              &w);
+        if (err != EOWNERDEAD || b->record == NULL) {
+            break;
+        }
+        /* A record's reader repairs a dead writer's section (lock_excl()
+         * rolls it back and closes it): news, for whoever waits on it. */
+        if (lock_excl(b) < 0) {
+            return -1;
+        }
+        unlock_excl(b);
+        if (timeout_ns > 0) {
+            int64_t left = timeout_ns - (monotonic_ns() - start);
+            timeout_ns = left > 0 ? left : 0;
+        }
+    }
     switch (err) {
     case 0:
         *now = w.now;
@@ -431,6 +448,9 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
         PyErr_SetString(PyExc_RuntimeError,
                         "cannot wait for a write while this thread holds the "
                         "write lock");
+        return -1;
+    case EOWNERDEAD: /* a SeqLock's: as its readers */
+        PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
         return -1;
     default: /* -1: a signal handler raised */
         return -1;

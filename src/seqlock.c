@@ -41,6 +41,7 @@ enum {
  * at the holder's death: their nap is a safety net. */
 #define WRITER_NAP_NS (100 * 1000 * 1000LL)
 #define WAITER_NAP_NS (SEQLOCK_WAITER_NAP_MS * 1000 * 1000LL)
+#define CANCELLABLE_NAP_NS (SEQLOCK_CANCELLABLE_NAP_MS * 1000 * 1000LL)
 #define INITIALISING 1u
 
 static inline void
@@ -686,9 +687,11 @@ end_section(seqlock_t *sl)
                                         memory_order_relaxed);
     raw_write_seqcount_latch(&sl->seqcount);
     atomic_thread_fence(memory_order_seq_cst);
-    /* seq is odd: the section began at seq - 1. */
-    if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed) + 1
-        >= seq) {
+    /* seq is odd (so seq - 1 cannot wrap): the section began at seq - 1.
+     * Not wake_from + 1 >= seq: that overflows for a sleeper announced
+     * on the count 2**64 - 1. */
+    if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed)
+        >= seq - 1) {
         wake_all_on(low_half(&sl->seqcount.sequence));
     }
 }
@@ -862,10 +865,18 @@ seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
             result = EDEADLK;
             break;
         }
+        if ((s & 1u) && seqlock_owner_died(lock)) {
+            result = EOWNERDEAD; /* nobody will end this section */
+            break;
+        }
         if (deadline == -2) {
             deadline = timeout_ns == 0 ? 0 : deadline_after(timeout_ns);
         }
-        int64_t nap = next_nap_ns(deadline, WAITER_NAP_NS);
+        /* A cancel's wake-up finds nobody if it lands between our look at
+         * *cancel and our futex wait (the count, our futex word, does not
+         * change): a cancellable wait naps short. */
+        int64_t nap = next_nap_ns(
+            deadline, cancel != NULL ? CANCELLABLE_NAP_NS : WAITER_NAP_NS);
         if (nap == 0) {
             result = ETIMEDOUT;
             break;

@@ -277,8 +277,11 @@ uint64_t seqlock_read_wait_(const seqlock_t *sl);
  * already is), with *now set to it: the state *now names is committed and
  * newer than seq's.  Else ETIMEDOUT (timeout_ns passed; 0 only looks,
  * < 0 waits for ever), ECANCELED (*cancel became nonzero: see
- * seqlock_wake_waiters()), EINTR (a signal handler ran while asleep) or
- * EDEADLK (the caller holds the lock word: no one else can write).
+ * seqlock_wake_waiters()), EINTR (a signal handler ran while asleep),
+ * EDEADLK (the caller holds the lock word: no one else can write) or
+ * EOWNERDEAD (a section is open and its writer died or it was abandoned:
+ * as seqlock_read_begin_timed(); seen at the latest at the next nap's
+ * end).
  * The waiter sleeps on the low half of the count, a futex that works
  * across processes, after announcing itself in wake_from; a section's end
  * wakes sleepers only if one announced itself for it, so a write costs
@@ -292,12 +295,15 @@ int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
                             int64_t timeout_ns, const _Atomic uint32_t *cancel,
                             uint64_t *now);
 #define SEQLOCK_WAITER_NAP_MS 1000
+/* The nap of a wait with a cancel flag: a cancel that races the waiter's
+ * falling asleep is seen within it (its wake-up found nobody asleep). */
+#define SEQLOCK_CANCELLABLE_NAP_MS 50
 
 /**
  * seqlock_wake_waiters - make every thread asleep on the count look again
  * For cancelling a wait: set its *cancel, then call this.  Sleepers that
  * find nothing changed sleep again.  A cancel that races the waiter's
- * falling asleep is seen within SEQLOCK_WAITER_NAP_MS.
+ * falling asleep is seen within SEQLOCK_CANCELLABLE_NAP_MS.
  */
 void seqlock_wake_waiters(const seqlock_t *sl);
 /* Block all maskable signals for this thread; returns the previous nesting

@@ -1774,6 +1774,110 @@ test_section_end_in_another_process_wakes_a_waiter_for_change(void)
     CHECK(atomic_load(&w.done_at_ns) - child_done_at < WOKEN_NS);
 }
 
+/* ---- hostile review of the waiters for news ---- */
+
+/* A waiter for change, started on a count set directly. */
+static int
+news_waiter_start_at(struct news_waiter *w, seqlock_t *sl, uint64_t seq,
+                     const _Atomic uint32_t *cancel)
+{
+    memset(w, 0, sizeof *w);
+    w->sl = sl;
+    w->seq = seq;
+    w->cancel = cancel;
+    return pthread_create(&w->thread, NULL, news_waiter_main, w) == 0;
+}
+
+/* A waiter asleep on the odd count 2**64 - 1 (a section open at the top
+ * of the count's range) must be woken when that section ends and the count
+ * wraps to 0: wake_from + 1 overflowed to 0, so the section end thought
+ * nobody slept on it and the waiter slept its whole nap. */
+static void
+test_section_end_wrapping_the_count_to_zero_wakes_a_waiter(void)
+{
+    seqlock_t sl = SEQLOCK_UNLOCKED;
+    (void)write_once(&sl); /* sets the beacon up */
+    atomic_store(&sl.seqcount.sequence, UINT64_MAX - 1);
+    write_seqlock(&sl); /* count 2**64 - 1 */
+    CHECK(seqlock_sequence(&sl) == UINT64_MAX);
+    struct news_waiter w;
+    int started = news_waiter_start_at(&w, &sl, UINT64_MAX - 1, NULL);
+    int slept = started && await_asleep(news_waiter_is_asleep, &sl);
+    int64_t ended_at = now_ns();
+    write_sequnlock(&sl); /* count wraps to 0 */
+    if (started) {
+        pthread_join(w.thread, NULL);
+    }
+    CHECK(slept);
+    CHECK(seqlock_sequence(&sl) == 0);
+    CHECK(w.err == 0 && w.now == 0);
+    CHECK(atomic_load(&w.done_at_ns) - ended_at < WOKEN_NS);
+}
+
+/* wake_from is 0 again: the next waiter's announcement shows it asleep. */
+static int
+news_waiter_announced(void *arg)
+{
+    return atomic_load(&((seqlock_t *)arg)->wake_from) != 0;
+}
+
+/* A cancel that lands just after the waiter looked at *cancel, before its
+ * futex wait began, must still end the wait promptly: the wake-up found
+ * nobody asleep, the count did not change, and the waiter slept its
+ * whole nap (1 s) with the cancel set. */
+static void
+test_cancel_racing_a_waiter_falling_asleep_ends_it_promptly(void)
+{
+    seqlock_t sl = SEQLOCK_UNLOCKED;
+    (void)write_once(&sl);
+    int slow = 0, rounds = 0;
+    int64_t worst = 0;
+    for (; rounds < 40; rounds++) {
+        _Atomic uint32_t cancel = 0;
+        atomic_store(&sl.wake_from, 0);
+        struct news_waiter w;
+        if (!news_waiter_start_at(&w, &sl, seqlock_sequence(&sl), &cancel)) {
+            break;
+        }
+        /* the waiter has looked at *cancel and is about to sleep */
+        while (!news_waiter_announced(&sl)) {
+        }
+        int64_t cancelled_at = now_ns();
+        atomic_store(&cancel, 1);
+        seqlock_wake_waiters(&sl);
+        pthread_join(w.thread, NULL);
+        int64_t took = atomic_load(&w.done_at_ns) - cancelled_at;
+        worst = took > worst ? took : worst;
+        slow += took >= WOKEN_NS;
+        CHECK(w.err == ECANCELED);
+        if (slow >= 2) {
+            rounds++;
+            break;
+        }
+    }
+    printf("  %d of %d cancels raced the waiter's sleep (worst %.0f ms)\n",
+           slow, rounds, (double)worst / MS);
+    CHECK(slow == 0);
+}
+
+/* A waiter for news on a lock whose writer died inside its section hears
+ * EOWNERDEAD, as a timed reader does, rather than sleeping on an odd
+ * count that nobody will ever end (for ever, with no timeout). */
+static void
+test_wait_for_change_reports_eownerdead_for_dead_writer(void)
+{
+    struct shared_record *rec =
+        record_left_locked_by_dead_child(WRITE_SECTION);
+    CHECK(rec != NULL);
+    uint64_t now = 0;
+    int64_t start = now_ns();
+    int err = seqlock_wait_for_change(&rec->lock, 0, 3 * SEC, NULL, &now);
+    int64_t took = now_ns() - start;
+    shared_record_free(rec);
+    CHECK(err == EOWNERDEAD);
+    CHECK(took < PROMPTLY_NS);
+}
+
 /* ==== signal-masking variants ==== */
 
 static void
@@ -3867,6 +3971,10 @@ static const struct test tests[] = {
     TEST(test_section_end_in_another_process_wakes_a_waiter_for_change,
          FORKS_OR_SIGNALS),
     TEST(test_dead_locking_pass_gives_the_next_writer_eownerdead_and_an_even_count,
+         FORKS_OR_SIGNALS),
+    TEST(test_section_end_wrapping_the_count_to_zero_wakes_a_waiter, PLAIN),
+    TEST(test_cancel_racing_a_waiter_falling_asleep_ends_it_promptly, PLAIN),
+    TEST(test_wait_for_change_reports_eownerdead_for_dead_writer,
          FORKS_OR_SIGNALS),
 };
 
