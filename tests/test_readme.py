@@ -14,6 +14,10 @@ def test_readme_has_python_examples():
 
 
 @pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
-def test_readme_example_runs(source):
+def test_readme_example_runs(source, tmp_path, monkeypatch):
+    # In a folder of its own, as a user's script would run: a checkout's
+    # seqlock_py/ source folder (no compiled extension) must not shadow
+    # the installed package for the processes an example starts.
+    monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "readme_example"}
     exec(compile(source, str(README), "exec"), namespace)
