@@ -70,7 +70,7 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
         return False
     waiter = owner._waiter(seq, timeout)
     loop = asyncio.get_running_loop()
-    answer = loop.create_future()
+    answer: asyncio.Future[bool] = loop.create_future()
     thread = threading.Thread(
         target=_wait_in_thread,
         args=(waiter, loop, answer),

@@ -129,6 +129,7 @@ def die_inside_a_write(name: str) -> None:
     from multiprocessing import shared_memory
 
     shm = shared_memory.SharedMemory(name=name)
+    assert shm.buf is not None  # None only once closed
     rec = SeqRecord.attach(shm.buf, **RECORD_FIELDS)
     section = rec.write()
     w = section.__enter__()
@@ -144,6 +145,7 @@ def dead_writer_demo() -> int:
     from multiprocessing import shared_memory
 
     shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(**RECORD_FIELDS))
+    assert shm.buf is not None  # None only once closed
     try:
         rec = SeqRecord.create(shm.buf, **RECORD_FIELDS)
         rec.update(a=1, b=2, c=2, d=5)

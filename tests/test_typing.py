@@ -86,3 +86,8 @@ def test_stubs_reject_a_wrong_argument_type(tmp_path):
     (tmp_path / "misuse.py").write_text(MISUSE)
     done = mypy("misuse.py", cwd=tmp_path)
     assert done.returncode == 1 and "read_retry" in done.stdout, done.stdout
+
+
+def test_the_packages_python_modules_type_check_strictly(tmp_path):
+    done = mypy("--strict", "-p", "seqlock_py", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
