@@ -120,3 +120,23 @@ def run_in_fresh_interpreter(module, function, *, timeout=30, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
         f"{module}.{function}() failed (exit {proc.returncode}):\n{proc.stderr}"
     )
+
+
+# ---- pytest-run-parallel ----------------------------------------------------
+
+# Under --parallel-threads (pytest-run-parallel, on the free-threaded
+# build) every test runs in several threads at once, sharing its fixtures'
+# objects: a test that counts a shared lock's or record's exact sequence
+# cannot hold there, so it runs in one thread.  Tests that make their own
+# objects, or check only invariants, run in all of them.
+SHARED_OBJECT_FIXTURES = {"lock", "rec", "subject", "shared_record", "shm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if int(config.getoption("parallel_threads", 1) or 1) <= 1:
+        return
+    for item in items:
+        shared = SHARED_OBJECT_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if shared and item.get_closest_marker("thread_unsafe") is None:
+            item.add_marker(pytest.mark.thread_unsafe(
+                reason=f"checks exact counts of a shared fixture object ({', '.join(sorted(shared))})"))

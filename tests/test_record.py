@@ -247,6 +247,7 @@ def peak_bytes_allocated(call, times=100):
         tracemalloc.stop()
 
 
+@pytest.mark.thread_unsafe(reason="tracemalloc counts every thread's allocations")
 def test_read_into_allocates_no_more_than_reading_the_sequence():
     rec = SeqRecord(v="64d")
     for _ in range(200):  # sequence 400: not a cached small int
