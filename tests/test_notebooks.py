@@ -47,3 +47,24 @@ def test_committed_notebook_outputs_name_no_path_of_the_machine_that_ran_them(na
                 texts.append(value if isinstance(value, str) else "".join(value))
     leaks = [p for p in MACHINE_PATHS for t in texts if p in t]
     assert leaks == []
+
+
+def cells_of_committed(name):
+    import json
+    nb = json.loads((NOTEBOOKS / name).read_text())
+    return [("md" if c["cell_type"] == "markdown" else "code",
+             c["source"] if isinstance(c["source"], str) else "".join(c["source"]))
+            for c in nb["cells"]]
+
+
+def test_committed_notebooks_match_their_source_in_make_notebooks():
+    """tools/make_notebooks.py is the notebooks' source of truth: a cell
+    edited in a notebook and not there (or the reverse) fails here."""
+    import importlib.util
+    path = NOTEBOOKS.parent / "tools" / "make_notebooks.py"
+    spec = importlib.util.spec_from_file_location("make_notebooks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert set(module.NOTEBOOKS) == {p.name for p in NOTEBOOKS.glob("*.ipynb")}
+    for name, cells in module.NOTEBOOKS.items():
+        assert cells_of_committed(name) == [(kind, src) for kind, src in cells], name

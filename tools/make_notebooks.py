@@ -6,9 +6,6 @@
 import sys
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
 ROOT = Path(__file__).resolve().parent.parent
 NB = ROOT / "notebooks"
 
@@ -420,6 +417,7 @@ finally:
 
 
 def notebook(cells):
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
     nb = new_notebook(cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src)
                              for kind, src in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
@@ -428,9 +426,12 @@ def notebook(cells):
     return nb
 
 
+NOTEBOOKS = {"why_a_seqlock.ipynb": WHY, "lock_free_reads_at_scale.ipynb": SCALE}
+
+
 def main():
-    paths = {NB / "why_a_seqlock.ipynb": WHY,
-             NB / "lock_free_reads_at_scale.ipynb": SCALE}
+    import nbformat
+    paths = {NB / name: cells for name, cells in NOTEBOOKS.items()}
     if "--execute" in sys.argv:
         from nbclient import NotebookClient
         for path in paths:
