@@ -1,4 +1,6 @@
-"""Add up the results of one tools/test run: C logs and pytest JUnit XML.
+"""Add up the results of one tools/test run: logs (the C tests', the
+documentation build's) with lines "N passed, N failed[, N skipped]", and
+pytest JUnit XML.
 
 Prints one line per source and a final "total: N passed, N failed, N
 skipped"; exits 1 if anything failed or nothing ran.
@@ -14,7 +16,7 @@ C_LINE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?", re.M)
 
 def main(reports: Path) -> int:
     passed = failed = skipped = 0
-    for log in sorted(reports.glob("c-*.log")):
+    for log in sorted(reports.glob("*.log")):
         p = f = s = 0
         for m in C_LINE.finditer(log.read_text()):
             p, f, s = p + int(m[1]), f + int(m[2]), s + int(m[3] or 0)
