@@ -232,8 +232,8 @@ discard_call(void *ctx)
 
 PyDoc_STRVAR(SeqLock_read_doc,
 "read($self, fn, /, *args, **kwargs)\n--\n\n"
-"Call fn(*args, **kwargs) until no write overlaps the call; return its\n"
-"result.\n\n"
+"Call ``fn(*args, **kwargs)`` until no write overlaps the call; return\n"
+"its result.\n\n"
 "fn should only copy the protected state: it may run more than once, and\n"
 "a run that overlapped a write may have seen torn data.  So an Exception\n"
 "raised by a run that overlapped a write is discarded and the call\n"
@@ -282,8 +282,8 @@ SeqLock_read(SeqLockObject *self, PyObject *const *args, Py_ssize_t nargsf,
 
 PyDoc_STRVAR(SeqLock_read_versioned_doc,
 "read_versioned($self, fn, /, *args, **kwargs)\n--\n\n"
-"As read(fn, *args, **kwargs), returning (sequence, result): result is\n"
-"fn's result for the state whose (even) sequence number is sequence.\n"
+"As ``read(fn, *args, **kwargs)``, returning (sequence, result): result\n"
+"is fn's result for the state whose (even) sequence number is sequence.\n"
 "Pass sequence to wait() to sleep until the next write.");
 
 static PyObject *

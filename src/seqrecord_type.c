@@ -444,7 +444,7 @@ PyDoc_STRVAR(SeqRecord_create_doc,
 "create($type, buffer, /, **fields)\n--\n\n"
 "Lay out a new record (all fields zero) in a writable buffer and return it.\n\n"
 "The buffer, e.g. multiprocessing.shared_memory.SharedMemory(...).buf or\n"
-"an mmap, must hold SeqRecord.buffer_size(**fields) bytes, 8-byte\n"
+"an mmap, must hold ``SeqRecord.buffer_size(**fields)`` bytes, 8-byte\n"
 "aligned; other processes open it with SeqRecord.attach().  The record\n"
 "keeps the buffer exported while it lives.  Not safe against processes\n"
 "already using the buffer: create once, then attach.");
@@ -459,7 +459,7 @@ PyDoc_STRVAR(SeqRecord_attach_doc,
 "attach($type, buffer, /, **fields)\n--\n\n"
 "Open the record that SeqRecord.create() laid out in buffer.\n\n"
 "Raises ValueError if the buffer holds no record, or one whose fields\n"
-"(names, formats, order) differ from **fields.");
+"(names, formats, order) differ from ``**fields``.");
 
 static PyObject *
 SeqRecord_attach(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -770,7 +770,7 @@ SeqRecord_update(SeqRecordObject *self, PyObject *const *args,
 
 PyDoc_STRVAR(SeqRecord_write_doc,
 "write($self, /, timeout=None)\n--\n\n"
-"Return a context manager for one multi-step write section:\n\n"
+"Return a context manager for one multi-step write section::\n\n"
 "    with rec.write() as w:\n"
 "        w.x += 1.0\n"
 "        w.samples[3] = 2.5\n"

@@ -155,7 +155,7 @@ The benchmark harness in `benchmarks/compare.py` measures readers copying
 the four numbers flat out while a writer writes about 1000 times a second.
 On the GIL build only one reader runs at a time, so this shows the cost of
 one read; the free-threaded picture is in `lock_free_reads_at_scale.ipynb`
-and in the README."""),
+and in `docs/benchmarks.md`."""),
     ("code", """\
 sys.path.insert(0, os.path.abspath(os.path.join("..", "benchmarks")))
 import compare, harness
@@ -189,7 +189,7 @@ pays for a Python call of `fn` per read, so on the GIL build it is close to
 `threading.Lock`; its point there is that the writer never waits for
 readers. `SeqRecord` does the copy in C and is several times faster than a
 lock. Copy-on-write (publishing a new tuple) is faster still on the GIL
-build; see the README's *When not to use a seqlock*."""),
+build; see *When not to use a seqlock* in `docs/benchmarks.md`."""),
 ]
 
 SCALE = [

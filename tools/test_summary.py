@@ -1,5 +1,6 @@
 """Add up the results of one tools/test run: logs ending in a line "N passed,
-M failed[, K skipped]" (the C tests, tools/check-headers, tools/package)
+M failed[, K skipped]" (the C tests, tools/check-headers, tools/package, the
+documentation build)
 and pytest JUnit XML.
 
 Prints one line per source and a final "total: N passed, N failed, N
