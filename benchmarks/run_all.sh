@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # benchmarks/run_all.sh - the whole comparison, one command:
-# benchmarks/compare.py and benchmarks/bench_latch.py under the normal and
+# benchmarks/compare.py, bench_latch.py and bench_wait.py under the normal and
 # the free-threaded CPython, each in its own virtual environment
 # (build/bench-venv/<tag>) with the package and the optional extra "bench"
 # installed, then the plots and the README tables from both results.
 #
 #   SEQLOCK_PYTHON     the normal interpreter (default: python3)
 #   SEQLOCK_FT_PYTHON  a free-threaded one (default: tools/ft-python)
+#   SEQLOCK_WAIT_BASELINE  the commit bench_wait.py compares writes with
+#                      (default d2b914f, the parent of wait(); built from
+#                      `git archive` into build/baseline/<tag>)
 #   extra arguments go to compare.py (e.g. --quick, --repeats 3);
-#   bench_latch.py runs with its defaults (about 3 minutes per interpreter)
+#   bench_latch.py and bench_wait.py run with their defaults (about 3 and
+#   4 minutes per interpreter)
 #
 # Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png
-# and table.md; latch-<tag>.json, reader_latency.png and latch_table.md.
+# and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;
+# wait-<tag>.json and wait_table.md.
 # Contenders without a binary wheel for an interpreter are skipped there
 # (never built from source) and listed in its output.
 set -euo pipefail
@@ -23,8 +28,13 @@ mkdir -p "$RESULTS"
 
 NORMAL=$(command -v "${SEQLOCK_PYTHON:-python3}")
 FREE=$(tools/ft-python)
+BASELINE=${SEQLOCK_WAIT_BASELINE:-d2b914f}
+rm -rf build/baseline/src
+mkdir -p build/baseline/src
+git archive "$BASELINE" | tar -x -C build/baseline/src
 jsons=()
 latch_jsons=()
+wait_jsons=()
 for py in "$NORMAL" "$FREE"; do
     tag=$("$py" -c 'import sys, sysconfig
 print(sys.implementation.cache_tag + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))')
@@ -42,6 +52,13 @@ print(sys.implementation.cache_tag + ("t" if sysconfig.get_config_var("Py_GIL_DI
     "$venv/bin/python" -P benchmarks/bench_latch.py \
         --json "$RESULTS/latch-$tag.json"
     latch_jsons+=("$RESULTS/latch-$tag.json")
+    rm -rf "build/baseline/$tag"
+    "$venv/bin/python" -m pip install -q --no-deps \
+        --target "build/baseline/$tag" build/baseline/src
+    "$venv/bin/python" -P benchmarks/bench_wait.py \
+        --json "$RESULTS/wait-$tag.json" \
+        --baseline "build/baseline/$tag" --baseline-label "$BASELINE"
+    wait_jsons+=("$RESULTS/wait-$tag.json")
     if [ "$py" = "$NORMAL" ]; then normal_venv=$venv; fi
 done
 
@@ -50,3 +67,5 @@ printf '\n==> plots and table\n'
     --outdir "$RESULTS" | tee "$RESULTS/table.md"
 "$normal_venv/bin/python" -P benchmarks/bench_latch.py \
     --plot "${latch_jsons[@]}" --outdir "$RESULTS" | tee "$RESULTS/latch_table.md"
+"$normal_venv/bin/python" -P benchmarks/bench_wait.py \
+    --table "${wait_jsons[@]}" | tee "$RESULTS/wait_table.md"

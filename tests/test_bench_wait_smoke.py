@@ -1,0 +1,83 @@
+"""benchmarks/bench_wait.py --quick runs to the end and writes well-formed
+JSON (with a --baseline comparison, against this very build), and --table
+prints the tables from it.
+
+No timing is asserted: the numbers depend on the machine and its load.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import seqlock_py
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_wait.py"
+CONTENDERS = ["rec.wait(seq)", "await rec.wait_async(seq)",
+              "poll: sleep(0.001)", "Condition.wait() / notify_all()"]
+KINDS = ["rec.update(x=v)", "with rec.write() as w: w.x = v"]
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-P", str(BENCH), *args],
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_bench_wait_quick_writes_json_and_table(tmp_path):
+    out = tmp_path / "wait.json"
+    build = Path(seqlock_py.__file__).resolve().parents[1]
+    run("--quick", "--json", str(out), "--baseline", str(build),
+        "--baseline-label", "this build")
+    result = json.loads(out.read_text())
+    assert {"interpreter", "machine", "load_before", "load_after",
+            "loadavg_before", "loadavg_after"} <= set(result)
+
+    cells = {(c["placement"], c["contender"], c["waiter"]): c
+             for c in result["latency"]}
+    for placement in ("thread", "process"):
+        for name in CONTENDERS:
+            for waiter in ("thread", "main"):
+                cell = cells.pop((placement, name, waiter))
+                assert len(cell["rounds"]) == 1
+                assert 0 < cell["samples"] + cell["skipped"] <= 10
+                assert cell["timeouts"] == 0
+                assert 0 < cell["p50_us"] <= cell["p99_us"] <= cell["max_us"]
+    assert not cells
+
+    idle = {(c["contender"], c["waiter"]): c
+            for c in result["idle"]["cells"]}
+    assert set(idle) == {("rec.wait(seq, T)", "main"),
+                         ("rec.wait(seq, T)", "thread"),
+                         ("rec.wait(seq, T)", "process"),
+                         ("await rec.wait_async(seq, T)", "main"),
+                         ("threading.Condition.wait(T)", "thread"),
+                         ("poll: sleep(0.001)", "main"),
+                         ("poll: sleep(0.001)", "thread")}
+    for cell in idle.values():
+        assert all(r["returned"] is False for r in cell["rounds"])
+        assert cell["wall_s"] > 0 and cell["thread_cpu_s"] >= 0
+
+    write = result["write"]
+    assert write["kinds"] == KINDS
+    assert {(e["kind"], e["waiters"]) for e in write["tight"]} == {
+        (k, w) for k in KINDS for w in (0, 1, 4)}
+    assert all(e["median"] > 0 for e in write["tight"])
+    assert {(e["kind"], e["waiters"]) for e in write["paced"]} == {
+        (k, w) for k in [*KINDS, "with cond: cond.notify_all()"]
+        for w in (0, 1, 4)} | {("(the timer alone)", 0)}
+    base = write["baseline"]
+    assert base["rounds"] == 2 and base["old_label"] == "this build"
+    assert set(base["ratio"]) == set(KINDS)
+    assert all(math.isfinite(r["median"]) and r["median"] > 0
+               for r in base["ratio"].values())
+
+    table = run("--table", str(out))
+    assert "| rec.wait(seq) | other thread |" in table
+    assert "| `rec.wait(seq, T)` | process |" in table
+    assert "new/old" in table
