@@ -180,7 +180,7 @@ begin_read(bound_lock *b, uint64_t *seq)
  * lock or a SeqLock's writer died in its section (a record's is repaired:
  * news), or with what a signal handler raised.  Waits in the main thread
  * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
- * sleeps until the news. */
+ * sleeps until the news (or the core's 1 s nap). */
 int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
                     const _Atomic uint32_t *cancel, uint64_t *now);
 
@@ -271,7 +271,8 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
         "sequence number is seq (at once if one has), False if timeout\n"    \
         "seconds pass first (None: wait until then).\n\n"                    \
         "The thread sleeps on the sequence word (a futex, so a writer in\n"  \
-        "another process wakes it), releasing the GIL and using no CPU; a\n" \
+        "another process wakes it), releasing the GIL and using almost no\n" \
+        "CPU (a look once a second; every 50 ms in the main thread); a\n"   \
         "write wakes sleepers only when there are any.  Ctrl-C interrupts\n" \
         "the wait.  Raises RuntimeError if this thread holds the write "      \
         "lock,\n"                                                            \

@@ -401,7 +401,7 @@ core_wait_for_change(seqlock_t *sl, int64_t timeout_ns, void *ctx)
 
 /* CPython runs signal handlers only in its main thread (the process's
  * first, as a rule): a wait elsewhere has no handler to wake up for, so
- * it sleeps in one piece and costs no CPU until the news. */
+ * it sleeps in one piece, woken only by the news (or the core's nap). */
 static int
 signal_handlers_run_here(void)
 {

@@ -5,7 +5,7 @@
  * seqlock_py._news, where they are plain Python generators and coroutines.
  *
  * A waiter sleeps on the lock's count (seqlock_wait_for_change()): no
- * polling, no CPU, across processes for a record in shared memory; a
+ * polling, almost no CPU, across processes for a record in shared memory; a
  * section's end pays for a wake-up only when someone sleeps.  Asyncio
  * cannot sleep on a futex, so each awaited wait runs in a thread of its
  * own (a shared executor's few threads could all be taken by waits that

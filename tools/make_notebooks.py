@@ -378,7 +378,8 @@ that waits for the lock (`python -m seqlock_py --dead-writer`)."""),
 A feeder process writes the record every 20 ms; this notebook consumes it
 with `rec.changes()`, which yields the current snapshot and then one per
 write, asleep on the record's sequence word in between: a futex the
-writer's section end wakes, so the consumer uses no CPU while it waits.
+writer's section end wakes, so the consumer uses almost no CPU while it
+waits.
 Each write stamps the time it was made (`time.monotonic_ns()`, one clock
 for every process), so each line shows the wake-up latency from the
 writer's commit to the consumer holding the new values."""),
