@@ -62,7 +62,8 @@ sys.path.insert(0, HERE)
 from harness import (UNROLL, attach_shm, calibrate, call_loop,  # noqa: E402
                      interpreter_info, interpreter_label, load_results,
                      loadavg, machine_info, measured_on, parse_list,
-                     percentile, summary, write_json)
+                     percentile, summary, time_sections, time_updates,
+                     write_json)
 
 from seqlock_py import SeqLock, SeqRecord  # noqa: E402
 
@@ -311,25 +312,6 @@ def bench_cost(args, out, log):
 
 
 # ---- write: ns per section against record size ---------------------------
-
-def time_updates(rec, n):
-    update = rec.update
-    clock = time.perf_counter
-    t0 = clock()
-    for _ in range(n):
-        update(x=1.0)
-    return clock() - t0
-
-
-def time_sections(rec, n):
-    write = rec.write
-    clock = time.perf_counter
-    t0 = clock()
-    for _ in range(n):
-        with write() as w:
-            w.x = 1.0
-    return clock() - t0
-
 
 WRITES = {"rec.update(x=v)": time_updates,
           "with rec.write() as w: w.x = v": time_sections}

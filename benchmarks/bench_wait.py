@@ -71,6 +71,7 @@ compare within a run.
 import argparse
 import array
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
@@ -90,7 +91,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import (attach_shm, calibrate, interpreter_info,  # noqa: E402
                      interpreter_label, load_results, loadavg, machine_info,
-                     measured_on, parse_list, percentile, summary, write_json)
+                     measured_on, parse_list, percentile, summary,
+                     time_sections, time_updates, write_json)
 
 # A --baseline child imports the build it is told to (see compare_builds).
 BUILD_ENV = "SEQLOCK_BENCH_BUILD"
@@ -508,79 +510,41 @@ def bench_idle(args, out, log):
 
 # ---- write: a write's cost, with and without waiters ---------------------
 
-def time_updates(rec, n):
-    update = rec.update
-    clock = time.perf_counter
-    t0 = clock()
-    for _ in range(n):
-        update(x=1.0)
-    return clock() - t0
-
-
-def time_sections(rec, n):
-    write = rec.write
-    clock = time.perf_counter
-    t0 = clock()
-    for _ in range(n):
-        with write() as w:
-            w.x = 1.0
-    return clock() - t0
-
-
-def paced_updates(rec, n):
-    update = rec.update
+def time_paced(step, n):
+    """ns of each of n calls of step(), PACED_PAUSE apart (each one alone:
+    a waiter woken by the last has gone back to sleep)."""
     clock = time.perf_counter_ns
     sleep = time.sleep
     lat = array.array("q")
     for _ in range(n):
         sleep(PACED_PAUSE)
         t0 = clock()
-        update(x=1.0)
+        step()
         lat.append(clock() - t0)
     return lat
 
 
-def paced_sections(rec, n):
-    write = rec.write
-    clock = time.perf_counter_ns
-    sleep = time.sleep
-    lat = array.array("q")
-    for _ in range(n):
-        sleep(PACED_PAUSE)
-        t0 = clock()
-        with write() as w:
+def one_update(rec):
+    return functools.partial(rec.update, x=1.0)
+
+
+def one_section(rec):
+    def section():
+        with rec.write() as w:
             w.x = 1.0
-        lat.append(clock() - t0)
-    return lat
+    return section
 
 
-def paced_notify(cond, n):
-    clock = time.perf_counter_ns
-    sleep = time.sleep
-    lat = array.array("q")
-    for _ in range(n):
-        sleep(PACED_PAUSE)
-        t0 = clock()
+def one_notify(cond):
+    def notify():
         with cond:
             cond.notify_all()
-        lat.append(clock() - t0)
-    return lat
-
-
-def paced_nothing(rec, n):
-    clock = time.perf_counter_ns
-    sleep = time.sleep
-    lat = array.array("q")
-    for _ in range(n):
-        sleep(PACED_PAUSE)
-        t0 = clock()
-        lat.append(clock() - t0)
-    return lat
+    return notify
 
 
 UPDATE, SECTION = "rec.update(x=v)", "with rec.write() as w: w.x = v"
 TIGHT = {UPDATE: time_updates, SECTION: time_sections}
-PACED = {UPDATE: paced_updates, SECTION: paced_sections}
+PACED = {UPDATE: one_update, SECTION: one_section}
 NOTIFY = "with cond: cond.notify_all()"
 TIMER = "(the timer alone)"
 
@@ -674,12 +638,13 @@ def bench_write(args, out, log):
                 for k in TIGHT:
                     tight[k, w].append(best[k] / n[k] * 1e9)
                     wakes[k, w].append(woke[k] / (SLICES * n[k]))
-                for k, fn in PACED.items():
-                    paced[k, w].append(paced_row(fn(rec, args.paced_writes)))
+                for k, make in PACED.items():
+                    paced[k, w].append(paced_row(
+                        time_paced(make(rec), args.paced_writes)))
             with CondWaiters(w) as waiters:
-                paced[NOTIFY, w].append(paced_row(paced_notify(
-                    waiters.cond, args.paced_writes)))
-        timer.append(paced_row(paced_nothing(rec, args.paced_writes)))
+                paced[NOTIFY, w].append(paced_row(time_paced(
+                    one_notify(waiters.cond), args.paced_writes)))
+        timer.append(paced_row(time_paced(lambda: None, args.paced_writes)))
         log(f"# write round {rnd + 1}/{args.repeats}: "
             f"{time.perf_counter() - t0:.1f} s")
     out["write"] = {

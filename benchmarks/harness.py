@@ -231,3 +231,26 @@ def run_phase(reader, writer, nthreads, seconds, pause):
     wall = max(end for _, _, end in results) - min(s for _, s, _ in results)
     rate = total / wall
     return rate, writes[0], lat, total
+
+
+# ---- a record's write cost --------------------------------------------------
+
+def time_updates(rec, n):
+    """Seconds for n rec.update(x=1.0) calls in a tight loop."""
+    update = rec.update
+    clock = time.perf_counter
+    t0 = clock()
+    for _ in range(n):
+        update(x=1.0)
+    return clock() - t0
+
+
+def time_sections(rec, n):
+    """Seconds for n `with rec.write() as w: w.x = 1.0` sections."""
+    write = rec.write
+    clock = time.perf_counter
+    t0 = clock()
+    for _ in range(n):
+        with write() as w:
+            w.x = 1.0
+    return clock() - t0

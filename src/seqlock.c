@@ -678,7 +678,7 @@ seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
  * fence publishes the section's stores; its second orders the count before
  * the caller's stores to the other copy, seqlock_latch()); the seq_cst
  * fence pairs with the sleeper's announce-then-fence-then-check
- * (seqlock_read_begin_timed), so either we see its announcement or it
+ * (sleep_while_count_is), so either we see its announcement or it
  * sees the new count. */
 static void
 end_section(seqlock_t *sl)
@@ -773,6 +773,26 @@ announce_sleeper(seqlock_t *sl, uint64_t seq)
     }
 }
 
+/* Sleep at most nap_ns while the count is still s, having announced it:
+ * the announcement, a seq_cst fence, then a second look at the count pair
+ * with end_section()'s store, fence, look at wake_from, so either its
+ * writer sees us or we see its count.  Returns EINTR (a signal handler
+ * ran), else 0: woken, timed out, or the count had moved. */
+static int
+sleep_while_count_is(seqlock_t *sl, uint64_t s, int64_t nap_ns)
+{
+    announce_sleeper(sl, s);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&sl->seqcount.sequence, memory_order_relaxed)
+        != s) {
+        return 0;
+    }
+    return sleep_on(low_half(&sl->seqcount.sequence), (uint32_t)s, nap_ns)
+                   == EINTR
+               ? EINTR
+               : 0;
+}
+
 int
 seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
                          uint64_t *seq)
@@ -820,12 +840,7 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
             result = ETIMEDOUT;
             break;
         }
-        announce_sleeper(lock, s);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&lock->seqcount.sequence, memory_order_relaxed) != s) {
-            continue;
-        }
-        if (sleep_on(low_half(&lock->seqcount.sequence), (uint32_t)s, nap) == EINTR) {
+        if (sleep_while_count_is(lock, s, nap) == EINTR) {
             result = EINTR;
             break;
         }
@@ -881,14 +896,7 @@ seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
             result = ETIMEDOUT;
             break;
         }
-        announce_sleeper(lock, s);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&lock->seqcount.sequence,
-                                 memory_order_relaxed) != s) {
-            continue;
-        }
-        if (sleep_on(low_half(&lock->seqcount.sequence), (uint32_t)s, nap)
-            == EINTR) {
+        if (sleep_while_count_is(lock, s, nap) == EINTR) {
             result = EINTR;
             break;
         }
