@@ -42,6 +42,19 @@ defer_refcount(PyObject *obj)
 #endif
 }
 
+/* Whether the collector may be shown a memoryview that we export (a
+ * record's buffer): before CPython gh-77894 (fixed in 3.12.7 and 3.13.0)
+ * memoryview's tp_clear dropped its managed buffer even while exported,
+ * and releasing the export afterwards crashed (SIGSEGV in the collector).
+ * Checked at run time: the extension may run on another patch release
+ * than the headers it was built with. */
+static inline int
+gc_may_clear_exported_memoryviews(void)
+{
+    return Py_Version >= 0x030d00f0
+           || (Py_Version >= 0x030c07f0 && Py_Version < 0x030d0000);
+}
+
 /* PyMemberDef constants got Py_ names in 3.12. */
 #if PY_VERSION_HEX < 0x030c0000
 #include <structmember.h>

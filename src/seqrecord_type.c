@@ -493,7 +493,13 @@ static int
 SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->view.obj);
+    /* An exported memoryview the collector could clear would crash it
+     * (compat.h): there, a cycle through one is kept rather than freed. */
+    if (self->view.obj != NULL
+        && (!PyMemoryView_Check(self->view.obj)
+            || gc_may_clear_exported_memoryviews())) {
+        Py_VISIT(self->view.obj);
+    }
     return 0;
 }
 

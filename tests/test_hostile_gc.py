@@ -95,7 +95,7 @@ def test_collecting_a_record_on_shared_memory_buf_in_a_cycle_does_not_crash():
             SharedMemory(name).unlink()
         print("ok")
     """)
-    assert "Segmentation" not in out
+    assert "freed True" in out  # the cycle does not run through the memoryview
 
 
 def test_a_record_on_a_memoryview_in_a_cycle_is_not_cleared_before_it_is_unreachable():
