@@ -27,6 +27,11 @@ typedef struct {
     /* The token of a thread whose open section's RecordWriter was freed
      * by another thread: it undoes that section at its next write. */
     _Atomic uint64_t dropped_section;
+    /* Write sections this object opened (written by the holder only): a
+     * RecordWriter's section is the lock's current one only while this
+     * still counts what it did at __enter__, which "this thread holds the
+     * lock" alone does not tell after a take-over or a fork. */
+    _Atomic uint64_t sections;
     PyObject *weakreflist;
 } SeqRecordObject;
 
@@ -35,6 +40,7 @@ typedef struct {
     SeqRecordObject *record;
     int64_t timeout_ns;
     _Atomic int active; /* between __enter__ and __exit__ */
+    uint64_t section;   /* record->sections when it entered */
 } RecordWriterObject;
 
 typedef struct {
@@ -192,7 +198,11 @@ begin_write(SeqRecordObject *self, int64_t timeout_ns)
                               memory_order_relaxed);
         (void)abort_write(&self->lock);
     }
-    return lock_write(&self->lock, timeout_ns);
+    lock_status status = lock_write(&self->lock, timeout_ns);
+    if (status > LOCK_TIMED_OUT) {
+        atomic_fetch_add_explicit(&self->sections, 1, memory_order_relaxed);
+    }
+    return status;
 }
 
 /* update(**values), as METH_FASTCALL | METH_KEYWORDS hands it over:
@@ -804,6 +814,7 @@ SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
     writer->record = (SeqRecordObject *)Py_NewRef(self);
     writer->timeout_ns = timeout_ns;
     atomic_init(&writer->active, 0);
+    writer->section = 0;
     PyObject_GC_Track(writer);
     return (PyObject *)writer;
 }
@@ -948,12 +959,22 @@ PyType_Spec seqrecord_type_spec = {
 
 /* ---- RecordWriter: the write section and its field proxy ---- */
 
+/* 1 if w's section is still open: a thread that died inside it, or a fork
+ * that left its thread behind, may have let the lock go to another. */
+static int
+section_is_current(RecordWriterObject *w)
+{
+    return atomic_load_explicit(&w->active, memory_order_relaxed)
+           && atomic_load_explicit(&w->record->sections,
+                                   memory_order_relaxed) == w->section;
+}
+
 /* 0 if the calling thread is inside this writer's section, else -1 with
  * RuntimeError. */
 static int
 check_in_section(RecordWriterObject *w)
 {
-    if (!atomic_load_explicit(&w->active, memory_order_relaxed)) {
+    if (!section_is_current(w)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the write section is not open: use the writer "
                         "inside its with block");
@@ -1002,10 +1023,11 @@ RecordWriter_dealloc(RecordWriterObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    if (atomic_load_explicit(&self->active, memory_order_relaxed)) {
+    if (section_is_current(self)) {
         /* Dropped inside its section: undo it rather than leave the
          * record locked for ever; on another thread than the holder's,
-         * tell the holder to undo it at its next write. */
+         * tell the holder to undo it at its next write.  (A section taken
+         * over since is another writer's: leave it alone.) */
         seqlock_t *sl = &self->record->h->lock;
         if (seqlock_held_by_me(sl)) {
             PyObject *exc = PyErr_GetRaisedException();
@@ -1031,6 +1053,8 @@ RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
                                          self->timeout_ns)) < 0) {
         return NULL;
     }
+    self->section = atomic_load_explicit(&self->record->sections,
+                                         memory_order_relaxed);
     atomic_store_explicit(&self->active, 1, memory_order_relaxed);
     return Py_NewRef(self);
 }
