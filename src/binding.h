@@ -115,6 +115,9 @@ typedef struct {
                               readers never wait; NULL for a SeqLock */
     PyObject *object;      /* the owner (borrowed): a thread of this
                               process holding the lock keeps it alive */
+    _Atomic uint64_t held_refs; /* references taken so through this
+                              binding and not given back: any but the
+                              holder's own are a dead thread's */
     read_budget budget;
     seqlock_private_t private; /* tracked if the memory is private */
 } bound_lock;

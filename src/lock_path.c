@@ -123,6 +123,7 @@ bound_lock_init(bound_lock *b, seqlock_t *sl, record_header *record,
     b->sl = sl;
     b->record = record;
     b->object = owner;
+    atomic_init(&b->held_refs, 0);
     read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
     b->private.next = b->private.prev = NULL;
     if (private_memory) {
@@ -239,10 +240,33 @@ warn_taken_over(void)
                         "without releasing it", 1);
 }
 
+/* The lock is ours now: take our reference to its owner, and give back
+ * those of holders that died holding it (threads of this process that
+ * exited inside a section, or that a fork left behind): none else can
+ * hold it.  The holder alone writes held_refs. */
+static void
+keep_owner(bound_lock *b)
+{
+    Py_INCREF(b->object);
+    uint64_t stale = atomic_exchange_explicit(&b->held_refs, 1,
+                                              memory_order_relaxed);
+    for (; stale > 0; stale--) {
+        Py_DECREF(b->object); /* never the last: ours is taken */
+    }
+}
+
+/* Before the lock goes: we hold no reference for it any more. */
+static void
+forget_owner(bound_lock *b)
+{
+    atomic_store_explicit(&b->held_refs, 0, memory_order_relaxed);
+}
+
 static lock_status
 abandon_dead_section(bound_lock *b)
 {
     PyObject *owner = b->object;
+    forget_owner(b);
     (void)seqlock_abandon(b->sl);
     Py_DECREF(owner);
     return LOCK_FAILED;
@@ -269,7 +293,7 @@ lock_write(bound_lock *b, int64_t timeout_ns)
     if (status <= LOCK_TIMED_OUT) {
         return status;
     }
-    Py_INCREF(b->object);
+    keep_owner(b);
     if (status == LOCK_TAKEN_OVER && b->record != NULL) {
         /* Before the section opens: it switches readers to copy 1, which
          * a holder that died finishing its section left half updated. */
@@ -317,6 +341,7 @@ end_write(bound_lock *b, int rollback)
         record_finish(b->record);
     }
     PyObject *owner = b->object;
+    forget_owner(b);
     (void)seqlock_unlock(b->sl);
     Py_DECREF(owner); /* last: it may free b */
     return 0;
@@ -345,7 +370,7 @@ lock_excl(bound_lock *b)
     if (status <= LOCK_TIMED_OUT) {
         return status;
     }
-    Py_INCREF(b->object);
+    keep_owner(b);
     if (status != LOCK_TAKEN_OVER) {
         return status;
     }
@@ -368,6 +393,7 @@ void
 unlock_excl(bound_lock *b)
 {
     PyObject *owner = b->object;
+    forget_owner(b);
     (void)seqlock_unlock(b->sl);
     Py_DECREF(owner);
 }
