@@ -1,16 +1,16 @@
 """Shared benchmark harness: interpreter facts, summary statistics, and one
 "readers against a writer" phase run on threads.
 
-Used by bench_record.py, compare.py and bench_latch.py (each puts this
-folder on sys.path itself, because they run under ``python -P``).  Stdlib
-only.
+Used by compare.py and bench_latch.py (each puts this folder on sys.path
+itself, because they run under ``python -P``).  Stdlib only.
 
 A phase: one writer thread writes (at a fixed pause, or in a tight loop) and
 times each write; ``nthreads`` reader threads are started behind a
 ``threading.Barrier`` and read flat out for ``seconds``.  Readers and writers
 are generator/plain functions the caller builds so that everything their
-loop touches is a local of that thread (on 3.13t loading a shared object
-bumps its reference count).
+loop touches is a local of that thread, unless the caller shares a name on
+purpose (on 3.13t each load of a shared object by a thread other than its
+creator adds to its reference count with an atomic write).
 """
 
 import array

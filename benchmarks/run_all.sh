@@ -10,8 +10,8 @@
 #   extra arguments go to compare.py (e.g. --quick, --repeats 3);
 #   bench_latch.py runs with its defaults (about 3 minutes per interpreter)
 #
-# Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png
-# and table.md; latch-<tag>.json, reader_latency.png and latch_table.md.
+# Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png,
+# idioms.png and table.md; latch-<tag>.json, reader_latency.png and latch_table.md.
 # Contenders without a binary wheel for an interpreter are skipped there
 # (never built from source) and listed in its output.
 set -euo pipefail
