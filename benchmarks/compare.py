@@ -64,10 +64,10 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import (UNROLL, attach_shm, calibrate,  # noqa: E402
-                     call_loop, fmt_rate, interpreter_info,
+                     call_loop, cpu_snapshot, fmt_rate, interpreter_info,
                      interpreter_label, load_results, loadavg, machine_info,
-                     measured_on, parse_list, percentile, run_phase,
-                     summary, thread_counts, write_json)
+                     measured_on, others_cpu, parse_list, percentile,
+                     run_phase, summary, thread_counts, write_json)
 
 from seqlock_py import SeqLock, SeqRecord  # noqa: E402
 
@@ -376,7 +376,7 @@ def measure(args, mods, log=print):
                for k in args.threads for name in mods]
     raw = {c: {"reads": [], "writes": [], "p50": [], "p99": [], "max": [],
                "retries": [], "fallbacks": []} for c in configs}
-    load_rounds = []
+    load_rounds, others = [], []
 
     def one(cfg, seconds):
         size, w, k, name = cfg
@@ -393,6 +393,7 @@ def measure(args, mods, log=print):
             one((size, args.writers[0], 1, name), max(0.01, args.seconds / 4))
     for rnd in range(args.repeats):
         t0 = time.perf_counter()
+        cpu0 = cpu_snapshot()
         for cfg in configs:
             rate, wps, lat, total, c = one(cfg, args.seconds)
             r = raw[cfg]
@@ -405,9 +406,12 @@ def measure(args, mods, log=print):
                 r["retries"].append(c[0] / total if total else 0.0)
                 r["fallbacks"].append(c[1] / total if total else 0.0)
         load_rounds.append(loadavg())
+        others.append(others_cpu(cpu0, cpu_snapshot()))
         log(f"# round {rnd + 1}/{args.repeats}: "
-            f"{time.perf_counter() - t0:.1f} s, load {load_rounds[-1]:.2f}")
-    return raw, load_rounds
+            f"{time.perf_counter() - t0:.1f} s, load {load_rounds[-1]:.2f} "
+            f"(this run's threads included), other processes "
+            f"{others[-1]:.2f} CPUs")
+    return raw, {"load_rounds": load_rounds, "others_cpu_rounds": others}
 
 
 def analyse(args, mods, raw):
@@ -766,6 +770,9 @@ def report(out, log=print):
         f"--seconds {out['seconds']:g} --repeats {out['repeats']}  (medians)")
     log(f"# load average {out['load_before']:.2f} before, "
         f"{out['load_after']:.2f} after")
+    if out.get("others_cpu_rounds"):
+        log("# other processes kept busy (CPUs, per round): " + " ".join(
+            f"{x:.2f}" for x in out["others_cpu_rounds"]))
     for name, why in out["skipped"].items():
         log(f"# skipped {name}: {why}")
     if out["results"]:
@@ -840,7 +847,8 @@ def run(args):
            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
            "max_threads": max(args.threads), "results": []}
     if "threads" in args.parts:
-        raw, out["load_rounds"] = measure(args, mods)
+        raw, loads = measure(args, mods)
+        out.update(loads)
         out.update(analyse(args, mods, raw))
     if "single" in args.parts:
         bench_single(args, out)

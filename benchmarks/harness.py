@@ -66,6 +66,30 @@ def loadavg():
         return float("nan")
 
 
+def cpu_snapshot():
+    """(wall, machine busy CPU seconds, this process's CPU seconds), for
+    others_cpu(); None where /proc/stat is missing (not Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    t = os.times()
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return time.monotonic(), (sum(ticks) - idle) / hz, t.user + t.system
+
+
+def others_cpu(before, after):
+    """CPUs other processes kept busy between two cpu_snapshot()s (0.5:
+    half a core on average): the load a benchmark's own threads do not
+    add, unlike the load average's.  NaN without /proc/stat."""
+    if before is None or after is None or after[0] <= before[0]:
+        return float("nan")
+    busy = (after[1] - before[1]) - (after[2] - before[2])
+    return max(0.0, busy / (after[0] - before[0]))
+
+
 def interpreter_label(info):
     """'CPython 3.13.5 free-threaded' or 'CPython 3.11.7 (GIL)'."""
     return (f"CPython {info['python']}"
