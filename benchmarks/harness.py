@@ -1,16 +1,16 @@
 """Shared benchmark harness: interpreter facts, summary statistics, and one
 "readers against a writer" phase run on threads.
 
-Used by bench_record.py, compare.py and bench_latch.py (each puts this
-folder on sys.path itself, because they run under ``python -P``).  Stdlib
-only.
+Used by compare.py and bench_latch.py (each puts this folder on sys.path
+itself, because they run under ``python -P``).  Stdlib only.
 
 A phase: one writer thread writes (at a fixed pause, or in a tight loop) and
 times each write; ``nthreads`` reader threads are started behind a
 ``threading.Barrier`` and read flat out for ``seconds``.  Readers and writers
 are generator/plain functions the caller builds so that everything their
-loop touches is a local of that thread (on 3.13t loading a shared object
-bumps its reference count).
+loop touches is a local of that thread, unless the caller shares a name on
+purpose (on 3.13t each load of a shared object by a thread other than its
+creator adds to its reference count with an atomic write).
 """
 
 import array
@@ -64,6 +64,30 @@ def loadavg():
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def cpu_snapshot():
+    """(wall, machine busy CPU seconds, this process's CPU seconds), for
+    others_cpu(); None where /proc/stat is missing (not Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    t = os.times()
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return time.monotonic(), (sum(ticks) - idle) / hz, t.user + t.system
+
+
+def others_cpu(before, after):
+    """CPUs other processes kept busy between two cpu_snapshot()s (0.5:
+    half a core on average): the load a benchmark's own threads do not
+    add, unlike the load average's.  NaN without /proc/stat."""
+    if before is None or after is None or after[0] <= before[0]:
+        return float("nan")
+    busy = (after[1] - before[1]) - (after[2] - before[2])
+    return max(0.0, busy / (after[0] - before[0]))
 
 
 def interpreter_label(info):

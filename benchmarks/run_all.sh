@@ -14,8 +14,8 @@
 #   bench_latch.py and bench_wait.py run with their defaults (about 3 and
 #   4 minutes per interpreter)
 #
-# Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png
-# and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;
+# Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png,
+# idioms.png and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;
 # wait-<tag>.json and wait_table.md.
 # Contenders without a binary wheel for an interpreter are skipped there
 # (never built from source) and listed in its output.

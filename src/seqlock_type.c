@@ -4,8 +4,10 @@
  * A SeqLock is a seqlock_t and its view on the one locking path
  * (lock_path.c); every field is a C11 atomic or the core's mutex, so the
  * type needs no GIL and no critical sections on a free-threaded build.
- * Readers write no shared memory on the fast path; only waiting touches
- * the lock (a sleeper's announcement).
+ * Readers write nothing to the lock on the fast path; only waiting touches
+ * it (a sleeper's announcement).  (A call through a name all threads share
+ * still writes the object's reference count on a free-threaded build: the
+ * interpreter's doing, not this file's.)
  */
 #include "binding.h"
 
@@ -431,8 +433,12 @@ PyDoc_STRVAR(SeqLock_doc,
 "state, and releases it, which makes the sequence even again.  A reader\n"
 "copies the state inside ``lock.read(fn)``, or between ``read_begin()``\n"
 "and ``read_retry(seq)``, and retries if a write overlapped.  Readers\n"
-"never block writers and never write shared memory, except that read()\n"
-"locks writers out for one run after max_retries overlapped runs.");
+"never block writers and write nothing to the lock, except that a waiting\n"
+"reader announces itself and read() locks writers out for one run after\n"
+"max_retries overlapped runs.  (On a free-threaded build a call through a\n"
+"name all threads share, a global ``lock.read(fn)``, still writes the\n"
+"lock object's reference count; bind ``read = lock.read`` in each thread\n"
+"instead.)");
 
 static PyType_Slot SeqLock_slots[] = {
     {Py_tp_new, SeqLock_new},

@@ -4,8 +4,11 @@
  * The numbers live in seqlock words (record.h), in memory the record owns
  * or in a caller's buffer shared between processes.  A reader copies the
  * words it needs with the lock-free protocol into private memory and only
- * then builds Python objects, so readers touch no shared Python object and
- * write no shared memory: on a free-threaded build they scale with cores.
+ * then builds Python objects, so readers write nothing the record shares:
+ * on a free-threaded build they scale with cores when each thread calls
+ * through its own bound method.  (A call through a name all threads share,
+ * rec.read() on a global or self.rec, writes the record object's reference
+ * count: the interpreter's doing, and README's Benchmarks measure it.)
  *
  * Writes go through one write section each (update(), or the RecordWriter
  * that write() returns), which keeps an undo copy: a section that raises is
@@ -934,7 +937,12 @@ PyDoc_STRVAR(SeqRecord_doc,
 "rec[name], get, read_into) copy the other, so a reader never waits for\n"
 "a writer, not even a slow, stopped or dead one, and a write section's\n"
 "changes become visible together when it ends.  SeqRecord.create/attach\n"
-"put a record in memory shared between processes.");
+"put a record in memory shared between processes.\n\n"
+"Readers write nothing to the record.  On a free-threaded build, bind\n"
+"the method in each reader thread (``read = rec.read``) for reads that\n"
+"scale with cores: a call through a name all threads share (a global\n"
+"``rec.read()``, ``self.rec.read()``, ``rec[name]``) writes the record\n"
+"object's reference count.");
 
 static PyType_Slot SeqRecord_slots[] = {
     {Py_tp_new, SeqRecord_new},

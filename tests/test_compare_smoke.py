@@ -1,5 +1,6 @@
-"""benchmarks/compare.py --quick runs to the end and writes its JSON; with
-matplotlib installed, --plot draws both PNGs from it.
+"""benchmarks/compare.py --quick runs every part to the end and writes its
+JSON; --idioms runs the idiom contenders alone; with matplotlib installed,
+--plot draws the PNGs and prints the README tables from it.
 
 No timing is asserted: the numbers depend on the machine and its load.
 """
@@ -12,34 +13,65 @@ from pathlib import Path
 import pytest
 
 COMPARE = Path(__file__).resolve().parent.parent / "benchmarks" / "compare.py"
+sys.path.insert(0, str(COMPARE.parent))
+import compare  # noqa: E402
 
 
-@pytest.mark.timeout(120)
+def run_compare(*args):
+    proc = subprocess.run([sys.executable, "-P", str(COMPARE), *args],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.timeout(180)
 def test_compare_quick_writes_json_and_plots(tmp_path):
     out = tmp_path / "result.json"
-    proc = subprocess.run(
-        [sys.executable, "-P", str(COMPARE), "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=100,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_compare("--quick", "--json", str(out))
     result = json.loads(out.read_text())
+    assert result["parts"] == ["threads", "single", "procs"]
     ran = set(result["contenders"])
-    assert {"SeqLock.read(fn)", "SeqRecord.read()", "SeqRecord.read_into()",
+    assert {"SeqLock.read(fn)", compare.READ_BOUND, compare.INTO_BOUND,
             "threading.Lock", "copy-on-write"} <= ran
+    assert set(compare.IDIOMS) <= ran
+    assert result["idioms"] == compare.IDIOMS
     # every contender is either measured or listed as skipped
-    assert len(ran) + len(result["skipped"]) == 11
+    assert len(ran) + len(result["skipped"]) == len(compare.CONTENDERS)
     for entry in result["results"]:
         assert entry["reads_per_s"]["median"] > 0
         assert "ratio_to_lock" in entry and "write_latency_p99_us" in entry
-    assert "SeqRecord.read()" in proc.stdout
+        has_ref = compare.CONTENDERS[entry["contender"]]["ref"] is not None
+        assert ("ratio_to_bound" in entry) == has_ref
+    assert set(result["single"]["ns"]) == {
+        "rec.locked()", "callable(buf)", "rec.get('nope')",
+        "rec.read_into(bytearray)", "rec.read_into(array('d'))",
+        "fresh.read_into(bytearray)", "rec.read()"}
+    assert set(result["procs"]["reads_per_s"]) == set(compare.PROC_CONTENDERS)
+    assert set(compare.TARGETS) <= set(result["ratios"])
+    assert len(result["load_rounds"]) == result["repeats"]
+    assert compare.READ_BOUND in proc.stdout
+    for name in compare.TARGETS:
+        assert any(line.startswith(f"ratio {name}")
+                   for line in proc.stdout.splitlines()), name
 
     pytest.importorskip("matplotlib")
-    proc = subprocess.run(
-        [sys.executable, "-P", str(COMPARE), "--plot", str(out),
-         "--outdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=100,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "throughput.png").stat().st_size > 0
-    assert (tmp_path / "writer_latency.png").stat().st_size > 0
-    assert "| SeqRecord.read() |" in proc.stdout
+    proc = run_compare("--plot", str(out), "--outdir", str(tmp_path))
+    for png in ("throughput.png", "writer_latency.png", "idioms.png"):
+        assert (tmp_path / png).stat().st_size > 0
+    assert f"| {compare.READ_BOUND} |" in proc.stdout
+    assert "| SeqRecord.read(): global rec.read() |" in proc.stdout
+    assert "| `rec.read_into(bytearray)` |" in proc.stdout
+    assert "| `multiprocessing.Lock` |" in proc.stdout
+    assert "| read / threading.Lock (2 threads) | >= 4 |" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_compare_idioms_alone(tmp_path):
+    out = tmp_path / "idioms.json"
+    run_compare("--quick", "--idioms", "--parts", "threads", "--sizes", "4",
+                "--writers", "1khz", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["contenders"]) == set(compare.IDIOMS) | {"threading.Lock"}
+    assert "single" not in result and "procs" not in result
+    assert {(e["contender"], e["threads"]) for e in result["results"]} == {
+        (n, k) for n in result["contenders"] for k in (1, 2)}

@@ -162,7 +162,7 @@ import compare, harness
 import matplotlib.pyplot as plt
 
 names = ["unsynchronised (ceiling)", "threading.Lock", "SeqLock.read(fn)",
-         "SeqRecord.read()", "SeqRecord.read_into()"]
+         compare.READ_BOUND, compare.INTO_BOUND]
 seconds, rounds = (0.05, 1) if QUICK else (0.5, 3)
 rates = {n: [] for n in names}
 for _ in range(rounds):                      # contenders interleaved per round
@@ -172,7 +172,7 @@ for _ in range(rounds):                      # contenders interleaved per round
         rates[n].append(rate)
 med = {n: sorted(v)[len(v) // 2] for n, v in rates.items()}
 for n in names:
-    print(f"{n:<26}{med[n] / 1e6:8.2f} M reads/s  "
+    print(f"{n:<48}{med[n] / 1e6:8.2f} M reads/s  "
           f"{med[n] / med['threading.Lock']:5.2f}x threading.Lock")
 
 fig, ax = plt.subplots(figsize=(7, 3))
@@ -247,13 +247,16 @@ print(f"free-threaded interpreter: Python {FT_VERSION}t" if FT else "free-thread
       "build), so expect no scaling")
 print(f"reader threads {THREADS}, {SECONDS} s x {REPEATS} rounds, quick={QUICK}")"""),
     ("code", """\
-contenders = ["SeqRecord.read()", "SeqRecord.read_into()", "threading.Lock",
+contenders = ["SeqRecord.read(): per-thread bound method",
+              "SeqRecord.read(): global rec.read()",
+              "SeqRecord.read_into(): per-thread bound method", "threading.Lock",
               "ft_utils RWLock", "readerwriterlock (read-pref.)", "copy-on-write",
-              "unsynchronised (ceiling)"]
+              "unsynchronised (ceiling)", "thread-local work (reference)"]
 out_json = Path(tempfile.mkdtemp()) / "scale.json"
 cmd = [PY, "-P", str(ROOT / "benchmarks/compare.py"), "--sizes", "4", "--writers", "1khz",
        "--threads", ",".join(map(str, THREADS)), "--seconds", str(SECONDS),
-       "--repeats", str(REPEATS), "--contenders", ",".join(contenders),
+       "--repeats", str(REPEATS), "--parts", "threads",
+       "--contenders", ",".join(contenders),
        "--json", str(out_json)]
 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
 print(proc.stdout[-4000:].replace(str(out_json), out_json.name), proc.stderr[-2000:])
@@ -284,7 +287,7 @@ ax.set_title(f"Python {info['python']}{' free-threaded' if info['free_threaded']
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 for n in ran:
     e = by[n, THREADS[-1]]
-    print(f"{n:<30} scaling 1->{THREADS[-1]}: {e['scaling_from_1']:.2f}x   "
+    print(f"{n:<48} scaling 1->{THREADS[-1]}: {e['scaling_from_1']:.2f}x   "
           f"vs threading.Lock: {e['ratio_to_lock']:.2f}x")"""),
     ("md", """\
 ## 2. The writer is never starved
@@ -305,9 +308,9 @@ for n in ran:
 ax.set_xlabel("reader threads"); ax.set_ylabel("writer p99 (µs, log)")
 ax.set_yscale("log"); ax.set_xticks(THREADS); ax.grid(True, which="both", alpha=.3)
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
-print(f"{'contender':<30}" + "".join(f"{f'p99 {k} rd':>13}" for k in THREADS))
+print(f"{'contender':<48}" + "".join(f"{f'p99 {k} rd':>13}" for k in THREADS))
 for n in ran:
-    print(f"{n:<30}" + "".join(f"{by[n, k]['write_latency_p99_us']:11.1f}us" for k in THREADS))"""),
+    print(f"{n:<48}" + "".join(f"{by[n, k]['write_latency_p99_us']:11.1f}us" for k in THREADS))"""),
     ("md", """\
 ## 3. Across processes: a `SeqRecord` in `SharedMemory`
 
