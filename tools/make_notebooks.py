@@ -268,11 +268,19 @@ print("skipped:", result["skipped"] or "nothing")"""),
     ("md", """\
 ## 1. Reads per second as reader threads are added
 
-One writer updates the four numbers about 1000 times a second. `SeqRecord`
-readers write no shared memory (not even a reference count), so they scale
-with cores; every lock-based reader writes the lock word, and copy-on-write
-readers all increment the same tuple's reference count. With more threads
-than cores nothing scales further."""),
+One writer updates the four numbers about 1000 times a second. A
+`SeqRecord` reader writes nothing to the record, and through a per-thread
+bound method (`read = rec.read`) not even the record object's reference
+count, so it scales with cores. Through a name all threads share (a global
+`rec.read()`, `self.rec.read()`) every call adds to that reference count
+from several threads, and on 3.13t that shared write is what stops the
+scaling (the `global rec.read()` line). Every lock-based reader writes the
+lock word, and copy-on-write readers all increment the same tuple's
+reference count. With more threads than cores nothing scales further, and
+while other processes keep CPUs busy (the run prints how many, per round)
+nothing scales at all: the outputs stored here may come from such a run;
+re-run on an idle machine to see the scaling (the committed benchmark
+tables in `docs/benchmarks.md` were measured so)."""),
     ("code", """\
 fig, ax = plt.subplots(figsize=(7, 4))
 for n in ran:
