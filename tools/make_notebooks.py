@@ -279,8 +279,8 @@ lock word, and copy-on-write readers all increment the same tuple's
 reference count. With more threads than cores nothing scales further, and
 while other processes keep CPUs busy (the run prints how many, per round)
 nothing scales at all: the outputs stored here may come from such a run;
-re-run on an idle machine to see the scaling (the committed benchmark
-tables in `docs/benchmarks.md` were measured so)."""),
+re-run on an idle machine to see the scaling (the benchmark results in
+`benchmarks/results/` record the load they were measured at)."""),
     ("code", """\
 fig, ax = plt.subplots(figsize=(7, 4))
 for n in ran:
