@@ -20,7 +20,8 @@ threads  Reader threads (1, 2, ... os.cpu_count()) copy a consistent
          ways users write it: through a module global (rec.read()), an
          attribute (self.rec.read()), a local or parameter, a subscript
          (rec["a"]), read_into through a global, each against the same call
-         through a per-thread bound method (read = rec.read in each thread),
+         through a per-thread bound method (read = rec.read in each thread);
+         as controls, the local idiom on a record each thread made itself,
          and thread-local work (each thread unpacks its own bytes) as the
          reference for what the machine scales.  On a free-threaded build
          each load of a shared object through a name adds to its reference
@@ -106,8 +107,12 @@ def _box(size):
 #   needs   module to import (skipped if missing),
 #   make    state factory: make(size, mod) -> namespace S,
 #   rsetup  reader setup lines (locals from S),  read  the loop body,
-#   wsetup  writer setup lines,                  write the timed write).
-# Lines may use {copy}, {store}, {update}: filled in per size.
+#   wsetup  writer setup lines,                  write the timed write,
+#   globals (optional) names of S's attributes the generated module gets
+#           as globals, ref (optional) the contender "vs bound" compares
+#           with).
+# Lines may use {copy}, {store}, {update}, {fmt}, {fields}: filled in per
+# size.
 
 def _make_seqlock(size, mod):
     return SimpleNamespace(lock=SeqLock(), box=_box(size))
@@ -164,6 +169,7 @@ def _make_ft_ref(size, mod):
 READ_BOUND = "SeqRecord.read(): per-thread bound method"
 INTO_BOUND = "SeqRecord.read_into(): per-thread bound method"
 LOCAL_WORK = "thread-local work (reference)"
+OWN_RECORD = "SeqRecord.read(): local rec.read() on the thread's own record"
 
 CONTENDERS = {
     "SeqLock.read(fn)": dict(
@@ -244,7 +250,7 @@ CONTENDERS = {
         needs=None, make=_make_record, ref=READ_BOUND,
         rsetup="rec = S.rec", read="s = rec.read()",
         wsetup="update = S.rec.update", write="{update}"),
-    "SeqRecord rec['a']: global, subscript": dict(
+    "SeqRecord rec['a']: subscript on a global": dict(
         needs=None, make=_make_record, globals=("rec",), ref=READ_BOUND,
         rsetup="", read="s = rec['a']",
         wsetup="update = S.rec.update", write="{update}"),
@@ -252,6 +258,14 @@ CONTENDERS = {
         needs=None, make=_make_record, globals=("rec",), ref=INTO_BOUND,
         rsetup="buf = bytearray(rec.nbytes)", read="rec.read_into(buf)",
         wsetup="update = S.rec.update", write="{update}"),
+    # The control: the local/parameter idiom's bytecode on a record each
+    # reader thread made itself (so only it counts its references; no one
+    # writes it).  What it loses against the bound method is the name's
+    # own cost, without the sharing.
+    OWN_RECORD: dict(
+        needs=None, make=_make_local, ref=READ_BOUND,
+        rsetup="rec = SeqRecord({fields})", read="s = rec.read()",
+        wsetup="update = S.load.update", write="{update}"),
     # What the machine gives work that shares nothing: each thread unpacks
     # its own bytes with its own struct.Struct (the C work of read(): new
     # floats in a new tuple), under the same record writer.
@@ -273,7 +287,8 @@ IDIOMS = [LOCAL_WORK, READ_BOUND,
           "SeqRecord.read(): global rec.read()",
           "SeqRecord.read(): attribute self.rec.read()",
           "SeqRecord.read(): local/parameter rec.read()",
-          "SeqRecord rec['a']: global, subscript",
+          OWN_RECORD,
+          "SeqRecord rec['a']: subscript on a global",
           INTO_BOUND,
           "SeqRecord.read_into(): global rec.read_into(buf)"]
 # Rows only the idiom table shows (the contender table and plots leave them
@@ -330,10 +345,11 @@ def build(name, size, mod):
     """A fresh state and its (reader, writer) functions for one phase."""
     c = CONTENDERS[name]
     subst = dict(copy=COPY[size], store=STORE[size], update=REC_UPDATE[size],
-                 fmt=STRUCT[size])
+                 fmt=STRUCT[size], fields=", ".join(
+                     f"{k}={v!r}" for k, v in _fields(size).items()))
     S = c["make"](size, mod)
     ns = {"S": S, "CHUNK": CHUNK, "perf_counter": time.perf_counter,
-          "time": time, "Struct": struct.Struct}
+          "time": time, "Struct": struct.Struct, "SeqRecord": SeqRecord}
     for g in c["globals"]:
         ns[g] = getattr(S, g)
     src = (READER.format(rsetup=_indent(c["rsetup"].format(**subst)),

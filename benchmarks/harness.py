@@ -1,8 +1,8 @@
 """Shared benchmark harness: interpreter facts, summary statistics, and one
 "readers against a writer" phase run on threads.
 
-Used by compare.py and bench_latch.py (each puts this folder on sys.path
-itself, because they run under ``python -P``).  Stdlib only.
+Used by compare.py, bench_latch.py and ab.py (each puts this folder on
+sys.path itself, because they run under ``python -P``).  Stdlib only.
 
 A phase: one writer thread writes (at a fixed pause, or in a tight loop) and
 times each write; ``nthreads`` reader threads are started behind a

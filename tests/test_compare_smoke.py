@@ -65,6 +65,11 @@ def test_compare_quick_writes_json_and_plots(tmp_path):
     assert "| read / threading.Lock (2 threads) | >= 4 |" in proc.stdout
 
 
+def test_contender_names_can_be_listed_on_the_command_line():
+    # --contenders takes a comma-separated list
+    assert not [n for n in compare.CONTENDERS if "," in n]
+
+
 @pytest.mark.timeout(120)
 def test_compare_idioms_alone(tmp_path):
     out = tmp_path / "idioms.json"
@@ -75,3 +80,25 @@ def test_compare_idioms_alone(tmp_path):
     assert "single" not in result and "procs" not in result
     assert {(e["contender"], e["threads"]) for e in result["results"]} == {
         (n, k) for n in result["contenders"] for k in (1, 2)}
+
+
+@pytest.mark.timeout(120)
+def test_ab_pairs_two_interpreters(tmp_path):
+    # The same interpreter as A and B: only the JSON's shape is checked.
+    out = tmp_path / "ab.json"
+    ab = COMPARE.parent / "ab.py"
+    proc = subprocess.run(
+        [sys.executable, str(ab), "--a", sys.executable, "--b", sys.executable,
+         "--pairs", "2", "--json", str(out), "--", "--parts", "threads",
+         "--sizes", "4", "--writers", "1khz", "--threads", "2",
+         "--repeats", "1", "--seconds", "0.01",
+         "--contenders", compare.READ_BOUND],
+        capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["pairs"] == 2 and len(result["samples"]) == 2
+    assert [p["order"] for p in result["samples"]] == [["a", "b"], ["b", "a"]]
+    assert set(result["summary"]) == {f"{compare.READ_BOUND} x2",
+                                      "threading.Lock x2"}
+    for s in result["summary"].values():
+        assert s["ratio"] > 0 and len(s["ratio_95"]) == 2
