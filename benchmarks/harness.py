@@ -104,6 +104,9 @@ def measured_on(outs):
             f"{m.get('memory_gib', '?')} GiB, {m['platform']}; "
             + "; ".join(f"{interpreter_label(o['interpreter'])} on "
                         f"{o['date']}, load {o['load_before']:.2f}"
+                        + (f", other processes at most "
+                           f"{max(o['others_cpu_rounds']):.2f} CPUs"
+                           if o.get("others_cpu_rounds") else "")
                         for o in outs))
 
 
