@@ -111,8 +111,10 @@ int max_retries_from_object(PyObject *value);
 /* A seqlock as a Python object holds it.  Both types embed one. */
 typedef struct {
     seqlock_t *sl;
-    record_header *record; /* a record kept as a latch (record.h): its
+    const record_view *record; /* a record kept as a latch (record.h): its
                               readers never wait; NULL for a SeqLock */
+    int readonly;          /* a record attached to memory it may not write:
+                              writes refused, waits write nothing */
     PyObject *object;      /* the owner (borrowed): a thread of this
                               process holding the lock keeps it alive */
     _Atomic uint64_t held_refs; /* references taken so through this
@@ -131,34 +133,51 @@ typedef enum {
                             was discarded; a SeqLock's is the caller's */
 } lock_status;
 
-/* Bind sl to its owner.  private_memory: sl lives in memory no other
- * process shares, so it is repaired in a fork's child (seqlock.h).  The
- * owner calls bound_lock_fini() from its dealloc. */
-void bound_lock_init(bound_lock *b, seqlock_t *sl, record_header *record,
-                     PyObject *owner, int private_memory);
+/* Bind sl to its owner.  memory: BOUND_PRIVATE if sl lives in memory no
+ * other process shares, so it is repaired in a fork's child (seqlock.h);
+ * BOUND_READ_ONLY if this process may not write it (a record attached to
+ * a read-only buffer).  The owner calls bound_lock_fini() from its
+ * dealloc. */
+#define BOUND_SHARED 0
+#define BOUND_PRIVATE 1
+#define BOUND_READ_ONLY 2
+void bound_lock_init(bound_lock *b, seqlock_t *sl, const record_view *record,
+                     PyObject *owner, int memory);
 void bound_lock_fini(bound_lock *b);
 
 /* Open a write section within timeout_ns (-1: for ever): try, then wait
  * detached from the interpreter in slices, running signal handlers between
  * them.  A record's section changes copy 0 while readers read copy 1.
- * RuntimeError if this thread holds the lock already. */
+ * RuntimeError if this thread holds the lock already or the lock's words
+ * are corrupted; TypeError for a read-only record. */
 lock_status lock_write(bound_lock *b, int64_t timeout_ns);
 
 /* Close the write section the calling thread holds and release the lock
  * (a record's changes become visible together).  0, or -1 with
  * RuntimeError if it holds none (not the holder, or a locking pass rather
- * than a write section). */
+ * than a write section), or if the lock's beacon could not be released
+ * (corrupted: the owner then stays alive for good, its memory mapped). */
 int unlock_write(bound_lock *b);
 
 /* As unlock_write(), first putting a record back as the section found
  * it (its body raised). */
 int abort_write(bound_lock *b);
 
-/* Take the lock word for a reader's locking pass (read_seqlock_excl): the
- * sequence stays even, so lock-free readers carry on.  A dead holder's
- * section is discarded (a record) and closed first.  Waits for ever. */
-lock_status lock_excl(bound_lock *b);
+/* Take the lock word without opening a section (read_seqlock_excl), within
+ * timeout_ns (-1: for ever): the sequence stays even, so lock-free readers
+ * carry on.  A dead holder's section is discarded (a record) and closed
+ * first; a SeqLock's raises RuntimeError (and stays open, abandoned). */
+lock_status lock_excl(bound_lock *b, int64_t timeout_ns);
 void unlock_excl(bound_lock *b);
+
+/* A SeqLock reader's locking pass: copy(ctx, *seq) run holding the lock
+ * word against writers, its result in *result.  1 if the pass counts; 0
+ * if copy() waited for something (another lock, news) and so gave the
+ * lock word up (no thread sleeps holding a locking pass: see
+ * lock_path.c) and a write then overlapped it: retry; -1 with an
+ * exception if the lock could not be taken. */
+int locking_pass_of(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
+                    void *ctx, uint64_t *seq, int *result);
 
 /* The slow half of begin_read() (a SeqLock's readers; a record's never
  * wait): wait detached until no writer is active.  RuntimeError if the
@@ -180,8 +199,11 @@ begin_read(bound_lock *b, uint64_t *seq)
  * count is seq (seqlock_wait_for_change()): 1 with *now set to the new
  * (even) count; 0 if timeout_ns (-1: for ever) passed first or *cancel
  * (may be NULL) was set; -1 with RuntimeError if this thread holds the
- * lock or a SeqLock's writer died in its section (a record's is repaired:
- * news), or with what a signal handler raised.  Waits in the main thread
+ * lock or a SeqLock's writer died in its section, or with what a signal
+ * handler raised.  A record's dead writer's section is repaired by the
+ * waiter if the lock is free (news), else waited through: a record's
+ * waiter never waits for its lock, so the timeout holds.  A read-only
+ * record's waiter writes nothing (it polls).  Waits in the main thread
  * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
  * sleeps until the news (or the core's 1 s nap). */
 int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
@@ -192,17 +214,18 @@ int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
 int entered_or_timed_out(lock_status taken);
 
 /*
- * read_consistently - run copy(ctx, seq) until no write overlapped it
+ * read_consistently - a SeqLock's reader: run copy(ctx, seq) until no
+ * write overlapped it
  *
- * The reader of both types.  A SeqLock's reader waits while a writer is
- * active (begin_read); a record's is a latch reader and never waits: seq
- * tells copy() which copy to take (record_read_copy()).  copy() returns 0,
- * or -1 with an exception; after a pass a write overlapped, discard(ctx)
- * drops what it produced (whatever it saw may be torn) and returns 0 to
- * retry or -1 to give up with the exception set.  After max_retries
- * overlapped passes in a row, one more runs holding the lock word against
- * writers (lock_excl), so a reader always finishes.  *seq is the count the
- * state was copied at.  Returns copy()'s result for the pass that counted.
+ * Each pass waits while a writer is active (begin_read), then copies.
+ * copy() returns 0, or -1 with an exception; after a pass a write
+ * overlapped, discard(ctx) drops what it produced (whatever it saw may be
+ * torn) and returns 0 to retry or -1 to give up with the exception set.
+ * After max_retries overlapped passes in a row, the next ones run holding
+ * the lock word against writers (locking_pass_of()), so a reader always
+ * finishes.  *seq is the count the state was copied at.  Returns copy()'s
+ * result for the pass that counted.  (A record's reader is a latch
+ * reader, which never waits and never locks: seqrecord_type.c.)
  */
 static inline int
 read_consistently(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
@@ -210,25 +233,25 @@ read_consistently(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
 {
     int max_retries = read_budget_max(&b->budget);
     for (int failed = 0;; failed++) {
+        int result;
         if (SEQLOCK_UNLIKELY(failed > max_retries)) {
-            if (lock_excl(b) < 0) {
+            int counted = locking_pass_of(b, copy, ctx, seq, &result);
+            if (counted < 0) {
                 return -1;
             }
-            *seq = seqlock_sequence(b->sl); /* even: no section is open */
-            int result = copy(ctx, *seq);
-            unlock_excl(b);
-            read_budget_count(&b->budget.fallbacks);
-            return result;
+            if (counted) {
+                read_budget_count(&b->budget.fallbacks);
+                return result;
+            }
         }
-        if (b->record != NULL) {
-            *seq = seqcount_latch_read64(seqlock_latch(b->sl));
-        }
-        else if (begin_read(b, seq) < 0) {
-            return -1;
-        }
-        int result = copy(ctx, *seq);
-        if (SEQLOCK_LIKELY(!seqlock_read_retry(b->sl, *seq))) {
-            return result;
+        else {
+            if (begin_read(b, seq) < 0) {
+                return -1;
+            }
+            result = copy(ctx, *seq);
+            if (SEQLOCK_LIKELY(!seqlock_read_retry(b->sl, *seq))) {
+                return result;
+            }
         }
         read_budget_count(&b->budget.retries);
         if (discard(ctx) < 0) {
@@ -238,18 +261,31 @@ read_consistently(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
 }
 
 /* The getset entries max_retries, read_retries and read_fallbacks of a
- * type whose objects hold a bound_lock at offset `offset`. */
-#define READ_BUDGET_GETSETS(offset)                                          \
+ * type whose objects hold a bound_lock at offset `offset`: a SeqLock's
+ * (whose reader falls back to taking the lock) and a record's (a latch
+ * reader, which never takes it). */
+#define READ_BUDGET_GETSETS_DOCUMENTED(offset, max_doc, fallbacks_doc)       \
     {"max_retries", read_budget_get_max, read_budget_set_max,                \
-     PyDoc_STR("Overlapped copies a read retries lock-free before it copies " \
-               "once with writers locked out (default 16)."),                \
-     (void *)(offset)},                                                      \
+     PyDoc_STR(max_doc), (void *)(offset)},                                  \
     {"read_retries", read_budget_get_retries, NULL,                          \
      PyDoc_STR("Copies discarded because a write overlapped them."),         \
      (void *)(offset)},                                                      \
     {"read_fallbacks", read_budget_get_fallbacks, NULL,                      \
-     PyDoc_STR("Reads that ran out of retries and took the lock."),          \
-     (void *)(offset)}
+     PyDoc_STR(fallbacks_doc), (void *)(offset)}
+#define READ_BUDGET_GETSETS(offset)                                          \
+    READ_BUDGET_GETSETS_DOCUMENTED(                                          \
+        offset,                                                              \
+        "Overlapped copies a read retries lock-free before it copies "       \
+        "once with writers locked out (default 16).",                        \
+        "Reads that ran out of retries and took the lock.")
+#define RECORD_READ_BUDGET_GETSETS(offset)                                   \
+    READ_BUDGET_GETSETS_DOCUMENTED(                                          \
+        offset,                                                              \
+        "Overlapped copies a read retries at full speed before it goes on "  \
+        "yielding the CPU between copies, with the interpreter released "    \
+        "(default 16).  A record's reader never takes the lock.",            \
+        "Reads that ran out of retries and went on yielding between "        \
+        "copies.")
 
 PyObject *read_budget_get_max(PyObject *self, void *offset);
 int read_budget_set_max(PyObject *self, PyObject *value, void *offset);
@@ -306,13 +342,10 @@ PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
 
 /* ---- memory_kind.c ---- */
 
-/* 1 if [addr, addr+len) lies in memory mapped shared (MAP_SHARED: other
- * processes may see it), 0 if private (the heap, MAP_PRIVATE), -1 if the
- * kernel does not say (then treat it as shared: never repair it). */
-int memory_is_shared(const void *addr, size_t len);
-
-/* 1 if a buffer's memory is certainly private to this process (a
- * bytearray, or memory_is_shared() says so), else 0: treated as shared. */
-int buffer_is_private(const Py_buffer *view);
+/* The kind of a buffer's memory, for bound_lock_init(): BOUND_PRIVATE if
+ * certainly private to this process (a bytearray, or /proc says so), else
+ * BOUND_SHARED; with BOUND_READ_ONLY if the buffer is read-only or its
+ * mapping is not writable. */
+int buffer_memory_kind(const Py_buffer *view);
 
 #endif /* SEQLOCK_PY_BINDING_H */

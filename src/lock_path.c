@@ -15,6 +15,12 @@
  * While a thread of this process holds a lock, the lock's owner object
  * holds a reference to itself: the mutex sits on that thread's robust
  * list, so its memory must not be freed (or a buffer unmapped) under it.
+ *
+ * A thread never sleeps for a lock while it holds another for a reader's
+ * locking pass: before it sleeps it lets those go (the pass is then
+ * checked as a lock-free one), so that a read whose fn writes another
+ * lock cannot deadlock against a read of that lock whose fn writes this
+ * one.
  */
 #include "binding.h"
 
@@ -37,6 +43,28 @@ monotonic_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A deadline timeout_ns from now (-1: none), and the time left until it
+ * (-1: for ever; 0: passed). */
+static int64_t
+deadline_after(int64_t timeout_ns)
+{
+    if (timeout_ns < 0) {
+        return -1;
+    }
+    int64_t now = monotonic_ns();
+    return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
+}
+
+static int64_t
+time_left(int64_t deadline)
+{
+    if (deadline < 0) {
+        return -1;
+    }
+    int64_t left = deadline - monotonic_ns();
+    return left > 0 ? left : 0;
 }
 
 /* ---- timeouts ---- */
@@ -117,19 +145,20 @@ repair_orphaned_record(void *record)
 }
 
 void
-bound_lock_init(bound_lock *b, seqlock_t *sl, record_header *record,
-                PyObject *owner, int private_memory)
+bound_lock_init(bound_lock *b, seqlock_t *sl, const record_view *record,
+                PyObject *owner, int memory)
 {
     b->sl = sl;
     b->record = record;
+    b->readonly = (memory & BOUND_READ_ONLY) != 0;
     b->object = owner;
     atomic_init(&b->held_refs, 0);
     read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
     b->private.next = b->private.prev = NULL;
-    if (private_memory) {
+    if ((memory & BOUND_PRIVATE) && !b->readonly) {
         seqlock_track_private(&b->private, sl,
                               record != NULL ? repair_orphaned_record : NULL,
-                              record);
+                              (void *)record);
     }
 }
 
@@ -137,6 +166,32 @@ void
 bound_lock_fini(bound_lock *b)
 {
     seqlock_untrack_private(&b->private);
+}
+
+/* ---- locking passes ---- */
+
+/* The locking passes this thread is inside (read_consistently()), the
+ * innermost first: each frame lives on its reader's C stack. */
+typedef struct locking_pass {
+    bound_lock *lock;
+    int given_up; /* its lock word let go for a wait */
+    struct locking_pass *outer;
+} locking_pass;
+
+static _Thread_local locking_pass *current_pass;
+
+/* About to sleep: let go of the lock words this thread holds for
+ * locking passes.  A pass whose lock word is gone is checked, when its
+ * copy returns, as a lock-free pass is (did a write overlap it?). */
+static void
+give_up_locking_passes(void)
+{
+    for (locking_pass *p = current_pass; p != NULL; p = p->outer) {
+        if (!p->given_up) {
+            p->given_up = 1;
+            unlock_excl(p->lock);
+        }
+    }
 }
 
 /* ---- waiting ---- */
@@ -154,15 +209,13 @@ wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
     if (err != ETIMEDOUT || timeout_ns == 0) {
         return err;
     }
-    int64_t now = monotonic_ns();
-    int64_t deadline = timeout_ns < 0 ? -1
-                       : timeout_ns > INT64_MAX - now ? INT64_MAX
-                                                      : now + timeout_ns;
+    give_up_locking_passes();
+    int64_t deadline = deadline_after(timeout_ns);
     for (;;) {
         int64_t slice = slice_ns;
         if (deadline >= 0) {
-            int64_t left = deadline - monotonic_ns();
-            if (left <= 0) {
+            int64_t left = time_left(deadline);
+            if (left == 0) {
                 return ETIMEDOUT;
             }
             slice = slice < 0 || left < slice ? left : slice;
@@ -193,6 +246,9 @@ core_read_begin(seqlock_t *sl, int64_t timeout_ns, void *seq)
 }
 
 #define WRITING_TWICE "this thread already holds the write lock"
+#define LOCK_CORRUPTED                                                      \
+    "the lock's words are corrupted (rewritten by another process that "  \
+    "maps its memory?): it cannot be taken"
 #define READING_WHILE_WRITING \
     "cannot read while this thread holds the write lock"
 
@@ -218,6 +274,13 @@ status_of(int err, const char *why)
                      "kernel could not tell the next one's waiters if the "
                      "thread died", SEQLOCK_MAX_HELD);
         return LOCK_FAILED;
+    case ENOMEM:
+        PyErr_NoMemory();
+        return LOCK_FAILED;
+    case EINVAL:
+    case ENOTRECOVERABLE:
+        PyErr_SetString(PyExc_RuntimeError, LOCK_CORRUPTED);
+        return LOCK_FAILED;
     default:
         PyErr_Format(PyExc_RuntimeError, "the lock's mutex is unusable: %s",
                      strerror(err));
@@ -227,6 +290,9 @@ status_of(int err, const char *why)
 
 #define DEAD_WRITER \
     "the write lock's owner thread exited inside a write section"
+#define READ_ONLY_RECORD \
+    "the record is read-only (attached to a read-only buffer): it cannot " \
+    "be written"
 
 /* A SeqLock guards Python objects, which no copy can put back: a writer
  * that takes a dead thread's section over is warned; a reader cannot use
@@ -284,9 +350,30 @@ entered_or_timed_out(lock_status taken)
 
 /* ---- write sections ---- */
 
+/* 0 if the record's lock words are those of a set-up lock, else -1 with
+ * RuntimeError.  A record's lock was set up by create(): a `ready` word
+ * that says otherwise was rewritten, and waiting for a "first taker" to
+ * set it up would wait for ever. */
+static int
+check_record_lock(bound_lock *b)
+{
+    if (b->record != NULL && seqlock_check(b->sl) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, LOCK_CORRUPTED);
+        return -1;
+    }
+    return 0;
+}
+
 lock_status
 lock_write(bound_lock *b, int64_t timeout_ns)
 {
+    if (b->readonly) {
+        PyErr_SetString(PyExc_TypeError, READ_ONLY_RECORD);
+        return LOCK_FAILED;
+    }
+    if (check_record_lock(b) < 0) {
+        return LOCK_FAILED;
+    }
     lock_status status = status_of(
         wait_in_slices(core_lock_excl, b->sl, timeout_ns, WAIT_SLICE_NS, NULL),
         WRITING_TWICE);
@@ -307,11 +394,19 @@ lock_write(bound_lock *b, int64_t timeout_ns)
     return status;
 }
 
-/* 0 if the calling thread holds a write section of b, else RuntimeError. */
+/* 0 if the calling thread holds a write section of b, else RuntimeError.
+ * From the thread's own record of what it holds (seqlock_held()), never
+ * the lock's shared words. */
 static int
 check_write_holder(bound_lock *b)
 {
-    if (!seqlock_held_by_me(b->sl)) {
+    switch (seqlock_held(b->sl)) {
+    case SEQLOCK_HOLDS_SECTION:
+        return 0;
+    case SEQLOCK_HOLDS_WORD: /* a locking pass, not a write section */
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    default:
         PyErr_SetString(PyExc_RuntimeError,
                         seqlock_is_locked(b->sl)
                             ? "cannot release a write lock held by another "
@@ -319,11 +414,26 @@ check_write_holder(bound_lock *b)
                             : "release unlocked lock");
         return -1;
     }
-    if (!(seqlock_sequence(b->sl) & 1u)) {
-        /* Held by this thread's locking pass, not a write section. */
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+}
+
+/* Give the lock word back and our reference to the owner (last: it may
+ * free b).  If the C library would not release the beacon (its words were
+ * rewritten during the section), it may still be on this thread's robust
+ * list: the memory must never go, so the owner keeps its reference for
+ * ever (and with it the buffer's export), and RuntimeError says so. */
+static int
+release_lock(bound_lock *b)
+{
+    PyObject *owner = b->object;
+    forget_owner(b);
+    if (seqlock_unlock(b->sl) != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the lock's beacon was rewritten during the section "
+                        "and could not be released: the lock is corrupted "
+                        "(its memory is kept mapped for good)");
         return -1;
     }
+    Py_DECREF(owner);
     return 0;
 }
 
@@ -340,11 +450,7 @@ end_write(bound_lock *b, int rollback)
     if (b->record != NULL) {
         record_finish(b->record);
     }
-    PyObject *owner = b->object;
-    forget_owner(b);
-    (void)seqlock_unlock(b->sl);
-    Py_DECREF(owner); /* last: it may free b */
-    return 0;
+    return release_lock(b);
 }
 
 int
@@ -362,10 +468,13 @@ abort_write(bound_lock *b)
 /* ---- the reader's locking pass, and readers that wait ---- */
 
 lock_status
-lock_excl(bound_lock *b)
+lock_excl(bound_lock *b, int64_t timeout_ns)
 {
+    if (check_record_lock(b) < 0) {
+        return LOCK_FAILED;
+    }
     lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b->sl, -1, WAIT_SLICE_NS, NULL),
+        wait_in_slices(core_lock_excl, b->sl, timeout_ns, WAIT_SLICE_NS, NULL),
         READING_WHILE_WRITING);
     if (status <= LOCK_TIMED_OUT) {
         return status;
@@ -377,8 +486,7 @@ lock_excl(bound_lock *b)
     /* The dead holder's section: a record discards and closes it; a
      * SeqLock's reader cannot use it. */
     if (b->record != NULL) {
-        (void)record_repair(b->record);
-        if (seqlock_sequence(b->sl) & 1u) {
+        if (record_repair(b->record)) {
             (void)seqlock_close_section(b->sl);
         }
     }
@@ -392,10 +500,28 @@ lock_excl(bound_lock *b)
 void
 unlock_excl(bound_lock *b)
 {
-    PyObject *owner = b->object;
-    forget_owner(b);
-    (void)seqlock_unlock(b->sl);
-    Py_DECREF(owner);
+    if (release_lock(b) < 0) {
+        PyErr_WriteUnraisable(b->object);
+    }
+}
+
+int
+locking_pass_of(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
+                void *ctx, uint64_t *seq, int *result)
+{
+    if (lock_excl(b, -1) < 0) {
+        return -1;
+    }
+    locking_pass pass = {b, 0, current_pass};
+    current_pass = &pass;
+    *seq = seqlock_sequence(b->sl); /* even: no section is open */
+    *result = copy(ctx, *seq);
+    current_pass = pass.outer;
+    if (!pass.given_up) {
+        unlock_excl(b);
+        return 1;
+    }
+    return !seqlock_read_retry(b->sl, *seq);
 }
 
 int
@@ -414,6 +540,7 @@ begin_read_waiting(bound_lock *b, uint64_t *seq)
 typedef struct {
     uint64_t seq;
     const _Atomic uint32_t *cancel;
+    unsigned flags;
     uint64_t now;
 } change_wait;
 
@@ -421,8 +548,8 @@ static int
 core_wait_for_change(seqlock_t *sl, int64_t timeout_ns, void *ctx)
 {
     change_wait *w = ctx;
-    return seqlock_wait_for_change(sl, w->seq, timeout_ns, w->cancel,
-                                   &w->now);
+    return seqlock_wait_for_change_flags(sl, w->seq, timeout_ns, w->cancel,
+                                         w->flags, &w->now);
 }
 
 /* CPython runs signal handlers only in its main thread (the process's
@@ -438,30 +565,64 @@ signal_handlers_run_here(void)
 #endif
 }
 
+/* How long a record's waiter that found its writer dead waits, between
+ * tries of the lock to repair the section itself: another writer may be
+ * repairing it, or a live holder may be in it (its lock cannot be taken). */
+#define REPAIR_RETRY_NS (10 * 1000 * 1000LL)
+
+/* A record's waiter found the open section's writer dead: repair it if
+ * the lock is free now (rolled back and closed: news), never waiting for
+ * the lock.  1 if repaired, 0 if not now, -1 with an exception. */
+static int
+repair_dead_section(bound_lock *b)
+{
+    lock_status taken = lock_excl(b, 0);
+    if (taken <= LOCK_TIMED_OUT) {
+        return taken;
+    }
+    unlock_excl(b);
+    return PyErr_Occurred() ? -1 : 1;
+}
+
 int
 wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
                 const _Atomic uint32_t *cancel, uint64_t *now)
 {
-    change_wait w = {seq, cancel, 0};
+    /* A record's waiter never waits for its lock: a section whose writer
+     * died is repaired when the lock is free, else waited through for a
+     * while before the next try.  One that may not write the record only
+     * waits through it. */
+    int writable = !b->readonly;
+    unsigned flags = writable ? 0 : SEQLOCK_WAIT_READ_ONLY
+                                        | SEQLOCK_WAIT_THROUGH_DEATH;
+    change_wait w = {seq, cancel, flags, 0};
     int64_t slice = signal_handlers_run_here() ? WAIT_SLICE_NS : -1;
-    int64_t start = timeout_ns > 0 ? monotonic_ns() : 0;
+    int64_t deadline = deadline_after(timeout_ns);
     int err;
     for (;;) {
-        err = wait_in_slices(core_wait_for_change, b->sl, timeout_ns, slice,
-                             &w);
-        if (err != EOWNERDEAD || b->record == NULL) {
-            break;
+        int64_t left = time_left(deadline);
+        int after_failed_repair = writable
+                                  && (w.flags & SEQLOCK_WAIT_THROUGH_DEATH);
+        if (after_failed_repair && (left < 0 || left > REPAIR_RETRY_NS)) {
+            left = REPAIR_RETRY_NS;
         }
-        /* A record's reader repairs a dead writer's section (lock_excl()
-         * rolls it back and closes it): news, for whoever waits on it. */
-        if (lock_excl(b) < 0) {
-            return -1;
+        err = wait_in_slices(core_wait_for_change, b->sl, left, slice, &w);
+        if (err == EOWNERDEAD && b->record != NULL) {
+            int repaired = repair_dead_section(b);
+            if (repaired < 0) {
+                return -1;
+            }
+            if (!repaired) {
+                w.flags |= SEQLOCK_WAIT_THROUGH_DEATH;
+            }
+            continue; /* repaired: the count moved, which is news */
         }
-        unlock_excl(b);
-        if (timeout_ns > 0) {
-            int64_t left = timeout_ns - (monotonic_ns() - start);
-            timeout_ns = left > 0 ? left : 0;
+        if (err == ETIMEDOUT && after_failed_repair
+            && time_left(deadline) != 0) {
+            w.flags &= ~SEQLOCK_WAIT_THROUGH_DEATH; /* try the repair again */
+            continue;
         }
+        break;
     }
     switch (err) {
     case 0:

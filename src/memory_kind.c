@@ -1,24 +1,28 @@
 /*
- * memory_kind.c - is a buffer's memory shared with other processes?
+ * memory_kind.c - what kind of memory a buffer lies in: shared with other
+ * processes or private, writable or read-only.
  *
  * A record laid out in a caller's buffer may be in shared memory (a
  * SharedMemory block, a MAP_SHARED mmap: after fork() the child and the
  * parent see one record, whose holder is a live thread of either) or in
  * private memory (a bytearray, a MAP_PRIVATE mmap: after fork() the child
  * has its own copy, whose holder, if not the forking thread, is gone).
- * The kernel says which in /proc/self/maps ('s' or 'p' in the fourth
- * column of permissions).  Only create() and attach() ask, with the GIL;
- * a bytearray's memory is private without asking.
+ * And it may be memory this process can only read (a PROT_READ mapping),
+ * whatever the buffer's exporter says: writing it would kill the process.
+ * The kernel says both in /proc/self/maps (the permissions column: 'w'
+ * second, 's' or 'p' fourth).  Only create() and attach() ask, with the
+ * GIL; a bytearray's memory is private and writable without asking.
  */
 #include "binding.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int
-memory_is_shared(const void *addr, size_t len)
+/* The permissions of the mapping holding addr ("rw-s"), in perms[5]; 0 if
+ * found, -1 if the kernel does not say. */
+static int
+mapping_permissions(const void *addr, char perms[5])
 {
-    (void)len; /* one object's buffer lies inside one mapping */
 #ifdef __linux__
     FILE *maps = fopen("/proc/self/maps", "re");
     if (maps == NULL) {
@@ -33,11 +37,10 @@ memory_is_shared(const void *addr, size_t len)
         int starts_here = line_start;
         line_start = strchr(line, '\n') != NULL;
         unsigned long start, end;
-        char perms[5];
         if (starts_here
             && sscanf(line, "%lx-%lx %4s", &start, &end, perms) == 3
             && at >= start && at < end) {
-            result = perms[3] == 's';
+            result = 0;
             break;
         }
     }
@@ -45,21 +48,31 @@ memory_is_shared(const void *addr, size_t len)
     return result;
 #else
     (void)addr;
+    (void)perms;
     return -1;
 #endif
 }
 
 int
-buffer_is_private(const Py_buffer *view)
+buffer_memory_kind(const Py_buffer *view)
 {
-    /* A bytearray's memory is the heap's: private, whatever /proc says
-     * (and where /proc cannot be read: a chroot, no free descriptor). */
+    /* A bytearray's memory is the heap's: private and writable, whatever
+     * /proc says (and where /proc cannot be read: a chroot, no free
+     * descriptor). */
     PyObject *exporter = view->obj;
     while (exporter != NULL && PyMemoryView_Check(exporter)) {
         exporter = PyMemoryView_GET_BASE(exporter);
     }
+    int kind = view->readonly ? BOUND_READ_ONLY : 0;
     if (exporter != NULL && PyByteArray_Check(exporter)) {
-        return 1;
+        return kind | BOUND_PRIVATE;
     }
-    return memory_is_shared(view->buf, (size_t)view->len) == 0;
+    char perms[5];
+    if (mapping_permissions(view->buf, perms) < 0) {
+        return kind | BOUND_SHARED; /* unknown: never repair it */
+    }
+    if (perms[1] != 'w') {
+        kind |= BOUND_READ_ONLY;
+    }
+    return kind | (perms[3] == 's' ? BOUND_SHARED : BOUND_PRIVATE);
 }

@@ -37,6 +37,14 @@
  * Who writes what: the lock's holder writes the copies and the count; the
  * creator writes everything once before publishing magic (release store);
  * readers write nothing.
+ *
+ * The memory is untrusted: any process that maps it may write any byte at
+ * any moment.  So a process's idea of the record's geometry is its own
+ * (record_view, from the layout it asked for, checked once against the
+ * header by record_matches()), and nothing here reads a size or an offset
+ * from the shared memory again; a count picks one of two copies by its
+ * lowest bit.  Rewritten words can make readers see wrong numbers, never
+ * read or write outside the record.
  */
 #ifndef SEQLOCK_RECORD_H
 #define SEQLOCK_RECORD_H
@@ -101,12 +109,37 @@ record_size(size_t layout_bytes, size_t data_bytes)
            + 2 * SEQLOCK_WORDS(data_bytes) * SEQLOCK_WORD_SIZE;
 }
 
+/**
+ * struct record_view - one process's view of a record: where its lock and
+ * copies are and how many bytes each copy holds.  Made from the geometry
+ * the caller laid out or checked (record_init(), record_matches()) and
+ * kept in the caller's own memory: never re-read from the shared header.
+ */
+typedef struct record_view {
+    record_header *header;
+    seqlock_t *lock;
+    seqlock_word_t *copy[2];
+    size_t data_bytes;
+    size_t words; /* SEQLOCK_WORDS(data_bytes) */
+} record_view;
+
+/** record_view_of - the view of a record of this geometry at memory */
+static inline record_view
+record_view_of(void *memory, size_t layout_bytes, size_t data_bytes)
+{
+    record_header *h = (record_header *)memory;
+    seqlock_word_t *copy0 =
+        (seqlock_word_t *)((char *)h + record_data_offset(layout_bytes));
+    record_view v = {h, &h->lock, {copy0, copy0 + SEQLOCK_WORDS(data_bytes)},
+                     data_bytes, SEQLOCK_WORDS(data_bytes)};
+    return v;
+}
+
 /** record_copy - copy 0 (the one writers change) or copy 1 */
 static inline seqlock_word_t *
-record_copy(record_header *h, unsigned which)
+record_copy(const record_view *v, unsigned which)
 {
-    return (seqlock_word_t *)((char *)h + record_data_offset(h->layout_bytes))
-           + (which ? SEQLOCK_WORDS(h->data_bytes) : 0);
+    return v->copy[which & 1u];
 }
 
 static inline const char *
@@ -176,8 +209,7 @@ record_matches(const record_header *h, size_t size, const char *layout,
     if (h->lock_abi != RECORD_LOCK_ABI) {
         return RECORD_OTHER_LOCK_ABI;
     }
-    if (atomic_load_explicit(&((record_header *)h)->lock.ready,
-                             memory_order_acquire) != SEQLOCK_READY) {
+    if (seqlock_check(&h->lock) != 0) {
         return RECORD_BROKEN_LOCK;
     }
     if (h->layout_bytes != layout_bytes || h->data_bytes != data_bytes
@@ -247,21 +279,43 @@ record_copy_words(seqlock_word_t *dst, seqlock_word_t *src, size_t words)
 
 /**
  * record_read_copy - the copy a latch reader whose count is seq copies
- * (seqlock_latch(&h->lock)): copy 1 while a section is open, else copy 0.
+ * (seqlock_latch(v->lock)): copy 1 while a section is open, else copy 0.
  */
 static inline const seqlock_word_t *
-record_read_copy(record_header *h, uint64_t seq)
+record_read_copy(const record_view *v, uint64_t seq)
 {
-    return record_copy(h, (unsigned)(seq & 1u));
+    return record_copy(v, (unsigned)(seq & 1u));
+}
+
+/**
+ * record_try_read - one latch read pass: copy data bytes [offset, +n) of
+ * the copy the count names into dst (private memory); nonzero if no
+ * writer switched copies meanwhile (the copy is whole), with *seq the
+ * count it was taken at (odd while a section was open: the state before
+ * it).  Never waits and writes nothing shared.  The caller keeps
+ * offset + n <= v->data_bytes.
+ */
+static inline int
+record_try_read(const record_view *v, void *dst, size_t offset, size_t n,
+                uint64_t *seq)
+{
+    *seq = seqcount_latch_read64(seqlock_latch(v->lock));
+    const seqlock_word_t *copy = record_read_copy(v, *seq);
+    if (offset == 0 && n == v->data_bytes) {
+        seqlock_read_copy(dst, copy, n);
+    }
+    else {
+        record_load_bytes(dst, copy, offset, n);
+    }
+    return !seqcount_latch_retry64(seqlock_latch(v->lock), *seq);
 }
 
 /* ---- writers (the caller holds h->lock's lock word) ---- */
 
 static inline void
-record_copy_over(record_header *h, unsigned to, unsigned from)
+record_copy_over(const record_view *v, unsigned to, unsigned from)
 {
-    record_copy_words(record_copy(h, to), record_copy(h, from),
-                      SEQLOCK_WORDS(h->data_bytes));
+    record_copy_words(record_copy(v, to), record_copy(v, from), v->words);
 }
 
 /**
@@ -269,9 +323,9 @@ record_copy_over(record_header *h, unsigned to, unsigned from)
  * the committed state readers have been reading.  The section stays open.
  */
 static inline void
-record_abort(record_header *h)
+record_abort(const record_view *v)
 {
-    record_copy_over(h, 0, 1);
+    record_copy_over(v, 0, 1);
 }
 
 /**
@@ -279,9 +333,9 @@ record_abort(record_header *h)
  * the new state), bring copy 1 up to date; then release the lock.
  */
 static inline void
-record_finish(record_header *h)
+record_finish(const record_view *v)
 {
-    record_copy_over(h, 1, 0);
+    record_copy_over(v, 1, 0);
 }
 
 /**
@@ -291,17 +345,19 @@ record_finish(record_header *h)
  * 0 may be half changed: put it back and count the discarded section; the
  * section stays open (the caller adopts or closes it).  After one (even),
  * the holder may have died bringing copy 1 up to date: finish that.
- * Returns 1 if a section's changes were discarded.
+ * Returns 1 if a section's changes were discarded (the count was odd:
+ * the caller adopts or closes the section; the count is read once here).
  */
 static inline int
-record_repair(record_header *h)
+record_repair(const record_view *v)
 {
-    if (!(seqlock_sequence(&h->lock) & 1u)) {
-        record_finish(h);
+    if (!(seqlock_sequence(v->lock) & 1u)) {
+        record_finish(v);
         return 0;
     }
-    record_abort(h);
-    atomic_fetch_add_explicit(&h->recoveries, 1, memory_order_relaxed);
+    record_abort(v);
+    atomic_fetch_add_explicit(&v->header->recoveries, 1,
+                              memory_order_relaxed);
     return 1;
 }
 

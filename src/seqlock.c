@@ -280,31 +280,30 @@ seqlock_destroy(seqlock_t *sl)
     }
 }
 
-/* A SEQLOCK_UNLOCKED lock gets its beacon from the first taker. */
+/* A SEQLOCK_UNLOCKED lock gets its beacon from the first taker.  Returns
+ * 0 (ready), EBUSY (another taker is setting it up: wait as for a held
+ * lock, within the caller's timeout) or EINVAL (`ready` holds garbage:
+ * not a seqlock, or overwritten). */
 static int
 ensure_ready(seqlock_t *sl)
 {
-    for (;;) {
-        uint32_t state = atomic_load_explicit(&sl->ready,
-                                              memory_order_acquire);
-        if (SEQLOCK_LIKELY(state == SEQLOCK_READY)) {
-            return 0;
-        }
-        if (state == 0) {
-            if (atomic_compare_exchange_strong(&sl->ready, &state,
-                                               INITIALISING)) {
-                int err = init_beacon(sl);
-                atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
-                                      memory_order_release);
-                return err;
-            }
-            continue; /* another taker is setting it up, or has: look again */
-        }
-        if (state != INITIALISING) {
-            return EINVAL; /* not a seqlock (garbage, or overwritten) */
-        }
-        sched_yield();
+    uint32_t state = atomic_load_explicit(&sl->ready, memory_order_acquire);
+    if (SEQLOCK_LIKELY(state == SEQLOCK_READY)) {
+        return 0;
     }
+    if (state == INITIALISING) {
+        return EBUSY;
+    }
+    if (state != 0) {
+        return EINVAL;
+    }
+    if (!atomic_compare_exchange_strong(&sl->ready, &state, INITIALISING)) {
+        return state == SEQLOCK_READY ? 0 : EBUSY;
+    }
+    int err = init_beacon(sl);
+    atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
+                          memory_order_release);
+    return err;
 }
 
 /*
@@ -330,27 +329,220 @@ ensure_ready(seqlock_t *sl)
  * the only pending operations on a beacon are its own holder's.
  *
  * What is left: a holder that dies in the few instructions between
- * winning the word and locking the beacon, or between unlocking the beacon
- * and giving the word back (its gaps), leaves the word held and the beacon
- * free and unmarked.  A waiter that sees that state, for the same holder
- * in the same gap (each holder counts `gaps` up as it enters one: its
- * next sections' gaps are other gaps), for GAP_NS takes over as from a
- * dead holder.  That is safe even if the
- * holder was only slow: a section is entered only with the beacon held
- * (so a holder in its first gap that finds the beacon taken backs off),
- * and a holder in its second gap has closed its section already.
+ * winning the word and locking the beacon, or between unlocking the
+ * beacon and giving the word back (its gaps), leaves the word held and the
+ * beacon free and unmarked.  A waiter that sees that state, for the same
+ * holder in the same gap (each holder counts `gaps` up as it enters one),
+ * for GAP_NS takes the word over.  Not sooner: the holder may be alive,
+ * preempted, with the beacon as its robust list's pending operation (in
+ * its first gap it is about to try the beacon; in its second, glibc's
+ * unlock names it pending until it returns), and the kernel marks a
+ * pending mutex dead if its word holds the dying thread's id, which a
+ * taker in another PID namespace can share: a live holder's beacon would
+ * be taken over (test_hostile.py's same-id writers did that within
+ * seconds with a 1 ms timeout).  GAP_NS outlasts a preemption.  Neither
+ * gap makes a system call (release_lock_word()), and a kill lands as a
+ * process leaves the kernel, so it seldom finds a holder in a gap.
+ *
+ * The lock's words are shared with every process that maps the lock, and
+ * any of them may rewrite them.  So what the caller holds is kept in the
+ * calling thread's own memory (held_lock below), never read back from
+ * `holder` or the count; the beacon's kind is checked before glibc sees it
+ * (another kind takes glibc down paths that assert), and its owner fields
+ * are put back before the unlock.  What cannot be checked is glibc's own
+ * robust-list links inside the mutex, which its unlock follows: a process
+ * that rewrites them during a section can make the holder's unlock write
+ * where it chooses.  Every process that can write a lock is therefore
+ * trusted with the memory of the threads that take it (as LMDB and
+ * Boost.Interprocess trust theirs); readers are not in that circle.
  */
 
 #define GAP_NS (100 * 1000 * 1000LL) /* 100 ms */
 
-/* How many lock words this thread holds (SEQLOCK_MAX_HELD). */
-static _Thread_local unsigned held_locks;
-
-/* The beacon's word as glibc keeps it: a robust futex, its first int
+/* The beacon's words as glibc keeps them: the first int is a robust futex
  * (the kernel's robust-futex ABI fixes the meaning of its bits). */
 #if defined(__GLIBC__) && defined(__linux__)
 #define BEACON_WORD(sl) (&(sl)->beacon.__data.__lock)
+#define BEACON_OWNER(sl) (&(sl)->beacon.__data.__owner)
+#define BEACON_KIND(sl) (&(sl)->beacon.__data.__kind)
 #endif
+
+/* What this thread holds: the lock, the count its section opened at, and
+ * the beacon's owner words as its trylock left them.  In the thread's own
+ * memory, so that no rewrite of the shared words changes what the holder
+ * believes or does (seqlock_held(), closing at the right count). */
+#define NO_SECTION UINT64_MAX /* odd: never an opening count */
+
+struct held_lock {
+    const seqlock_t *lock;
+    uint64_t section;
+    int beacon_word; /* the owner's id as glibc stored it (tid bits) */
+    int beacon_owner;
+};
+
+enum { HELD_INLINE = 4 };
+static _Thread_local struct held_lock held_inline[HELD_INLINE];
+static _Thread_local struct held_lock *held_spill; /* the rest, on the heap */
+static _Thread_local unsigned held_count, held_spill_cap;
+static pthread_key_t held_spill_key;
+static pthread_once_t held_spill_key_once = PTHREAD_ONCE_INIT;
+
+static void
+free_held_spill(void *spill)
+{
+    free(spill);
+}
+
+static void
+make_held_spill_key(void)
+{
+    (void)pthread_key_create(&held_spill_key, free_held_spill);
+}
+
+static struct held_lock *
+held_at(unsigned i)
+{
+    return i < HELD_INLINE ? &held_inline[i] : &held_spill[i - HELD_INLINE];
+}
+
+static struct held_lock *
+find_held(const seqlock_t *sl)
+{
+    for (unsigned i = 0; i < held_count; i++) {
+        struct held_lock *h = held_at(i);
+        if (h->lock == sl) {
+            return h;
+        }
+    }
+    return NULL;
+}
+
+/* Room for one more entry: 0, ENOLCK (SEQLOCK_MAX_HELD) or ENOMEM. */
+static int
+reserve_held(void)
+{
+    if (held_count >= SEQLOCK_MAX_HELD) {
+        return ENOLCK;
+    }
+    if (held_count < HELD_INLINE + held_spill_cap) {
+        return 0;
+    }
+    unsigned cap = held_spill_cap ? 2 * held_spill_cap : 8;
+    struct held_lock *more = realloc(held_spill, cap * sizeof *more);
+    if (more == NULL) {
+        return ENOMEM;
+    }
+    if (held_spill == NULL) {
+        (void)pthread_once(&held_spill_key_once, make_held_spill_key);
+    }
+    held_spill = more;
+    held_spill_cap = cap;
+    (void)pthread_setspecific(held_spill_key, more);
+    return 0;
+}
+
+static void
+forget_held(struct held_lock *h)
+{
+    *h = *held_at(held_count - 1);
+    held_count--;
+}
+
+int
+seqlock_held(const seqlock_t *sl)
+{
+    const struct held_lock *h = find_held(sl);
+    if (h == NULL) {
+        return SEQLOCK_HOLDS_NOTHING;
+    }
+    return h->section == NO_SECTION ? SEQLOCK_HOLDS_WORD
+                                    : SEQLOCK_HOLDS_SECTION;
+}
+
+/* The kind glibc gives a robust, process-shared mutex (the value init_beacon
+ * leaves in __kind), learnt from one of our own. */
+#ifdef BEACON_KIND
+static int beacon_kind_value;
+static pthread_once_t beacon_kind_once = PTHREAD_ONCE_INIT;
+
+static void
+learn_beacon_kind(void)
+{
+    seqlock_t probe;
+    if (init_beacon(&probe) == 0) {
+        beacon_kind_value = __atomic_load_n(BEACON_KIND(&probe),
+                                            __ATOMIC_RELAXED);
+        (void)pthread_mutex_destroy(&probe.beacon);
+    }
+}
+#endif
+
+/* 1 if glibc may be handed the beacon: its kind is a robust, shared
+ * mutex's (another kind sends glibc down paths that assert, or that never
+ * put the mutex on the robust list). */
+static int
+beacon_kind_ok(const seqlock_t *sl)
+{
+#ifdef BEACON_KIND
+    (void)pthread_once(&beacon_kind_once, learn_beacon_kind);
+    return __atomic_load_n(BEACON_KIND(sl), __ATOMIC_RELAXED)
+           == beacon_kind_value;
+#else
+    (void)sl;
+    return 1;
+#endif
+}
+
+/* Just after our trylock: remember the owner words glibc stored. */
+static void
+note_beacon_owner(seqlock_t *sl, struct held_lock *h)
+{
+#ifdef BEACON_WORD
+    h->beacon_word = __atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED)
+                     & FUTEX_TID_MASK;
+    h->beacon_owner = __atomic_load_n(BEACON_OWNER(sl), __ATOMIC_RELAXED);
+#else
+    (void)sl;
+    (void)h;
+#endif
+}
+
+/* Before our unlock: put back what another process may have rewritten,
+ * so that glibc releases the beacon and takes it off our robust list
+ * (its unlock refuses, EPERM, a mutex whose word names another thread,
+ * and another kind takes another path). */
+static void
+restore_beacon_owner(seqlock_t *sl, const struct held_lock *h)
+{
+#ifdef BEACON_WORD
+    if (!beacon_kind_ok(sl)) {
+        __atomic_store_n(BEACON_KIND(sl), beacon_kind_value, __ATOMIC_RELAXED);
+    }
+    if (__atomic_load_n(BEACON_OWNER(sl), __ATOMIC_RELAXED)
+        != h->beacon_owner) {
+        __atomic_store_n(BEACON_OWNER(sl), h->beacon_owner, __ATOMIC_RELAXED);
+    }
+    int seen = __atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED);
+    while ((seen & (FUTEX_TID_MASK | FUTEX_OWNER_DIED)) != h->beacon_word
+           && !__atomic_compare_exchange_n(
+               BEACON_WORD(sl), &seen, h->beacon_word | (seen & FUTEX_WAITERS),
+               0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+#else
+    (void)sl;
+    (void)h;
+#endif
+}
+
+int
+seqlock_check(const seqlock_t *sl)
+{
+    if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+        != SEQLOCK_READY) {
+        return EINVAL;
+    }
+    return beacon_kind_ok(sl) ? 0 : EINVAL;
+}
 
 int
 seqlock_owner_died(const seqlock_t *sl)
@@ -371,8 +563,8 @@ seqlock_owner_died(const seqlock_t *sl)
 #endif
 }
 
-/* The holder is in one of its gaps (or died there): word held, beacon
- * free and unmarked.  Never true without glibc's word to look at. */
+/* The holder is in its gap (or died there): word held, beacon free and
+ * unmarked.  Never true without glibc's word to look at. */
 static int
 in_a_gap(const seqlock_t *sl)
 {
@@ -457,48 +649,65 @@ keep_off(seqlock_t *sl, uint64_t me)
     return 0;
 }
 
-/* Take the word once: free, or from a holder dead (or gone in a gap for
- * GAP_NS).  Returns 0, EOWNERDEAD (taken over), EBUSY, or a pthread
- * error with the word given back. */
+/* Take the word once: free, or from a holder dead (or gone in its gap for
+ * GAP_NS).  Returns 0, EOWNERDEAD (taken over from a holder that died or
+ * abandoned a section, or whose gap left the count odd: repair first),
+ * EBUSY, EINVAL (a corrupted beacon), or a pthread error, with the word
+ * given back.  On 0 and EOWNERDEAD, *h has the beacon's owner words. */
 static int
-try_lock_word(seqlock_t *sl, uint64_t me)
+try_lock_word(seqlock_t *sl, uint64_t me, struct held_lock *held)
 {
+    int err = ensure_ready(sl);
+    if (err != 0) {
+        return err;
+    }
     uint64_t h = atomic_load_explicit(&sl->holder, memory_order_relaxed);
-    int takeover = 0;
+    int takeover = 0, dead = 0;
     if (h == 0 && keep_off(sl, me)) {
         return EBUSY;
     }
     held_off.lock = NULL;
-    if (h != 0) {
-        if (!seqlock_owner_died(sl)) {
-            if (!in_a_gap(sl)) {
-                gap_ended();
-                return EBUSY;
-            }
-            if (!gap_expired(sl, h)) {
-                return EBUSY;
-            }
+    if (h != 0 && h != me) { /* me: a stale word (we hold no entry) */
+        if (seqlock_owner_died(sl)) {
+            dead = 1;
+        }
+        else if (!in_a_gap(sl)) {
+            gap_ended();
+            return EBUSY;
+        }
+        else if (!gap_expired(sl, h)) {
+            return EBUSY;
         }
         takeover = 1;
     }
     gap_ended();
+    if (!beacon_kind_ok(sl)) {
+        return EINVAL;
+    }
     if (!atomic_compare_exchange_strong_explicit(
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
     }
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
-    int err = pthread_mutex_trylock(&sl->beacon);
+    err = pthread_mutex_trylock(&sl->beacon);
     if (err == 0 || err == EOWNERDEAD) {
         if (err == EOWNERDEAD) {
             /* If we die repairing, the kernel marks the beacon again. */
             (void)pthread_mutex_consistent(&sl->beacon);
-            takeover = 1;
+            dead = 1;
         }
-        /* The beacon makes the lock ours.  A waiter that took this gap for
+        /* The beacon makes the lock ours.  A waiter that took our gap for
          * a dead holder's may have the word for an instant: it gives it
          * back when it finds the beacon taken, and our store wins. */
         atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
-        return takeover ? EOWNERDEAD : 0;
+        note_beacon_owner(sl, held);
+        /* A gap's holder has no section open (it has not opened one yet,
+         * or closed it), so there is nothing to repair, unless the count
+         * says otherwise. */
+        if (takeover && !dead && (seqlock_sequence(sl) & 1u)) {
+            dead = 1;
+        }
+        return dead ? EOWNERDEAD : 0;
     }
     /* EBUSY: a holder we took for gone locked its beacon after all; or
      * the beacon is broken.  Give the word back. */
@@ -542,6 +751,34 @@ sleep_on_beacon(seqlock_t *sl, int64_t nap_ns)
 #endif
 }
 
+/* Before the holder's unlock: clear FUTEX_WAITERS in the beacon's word, so
+ * that glibc's unlock makes no system call (release_lock_word() wakes the
+ * sleepers itself, after giving the word back).  1 if it was set. */
+static int
+take_waiters_flag(seqlock_t *sl)
+{
+#ifdef BEACON_WORD
+    return (__atomic_fetch_and(BEACON_WORD(sl), ~FUTEX_WAITERS,
+                               __ATOMIC_RELAXED)
+            & FUTEX_WAITERS) != 0;
+#else
+    (void)sl;
+    return 0;
+#endif
+}
+
+static void
+wake_on_beacon(seqlock_t *sl, int how_many)
+{
+#ifdef BEACON_WORD
+    (void)syscall(SYS_futex, BEACON_WORD(sl), FUTEX_WAKE, how_many, NULL,
+                  NULL, 0);
+#else
+    (void)sl;
+    (void)how_many;
+#endif
+}
+
 /* A writer that slept and then took the beacon keeps FUTEX_WAITERS set in
  * it, as glibc's own lock does: another sleeper may remain, and the unlock
  * must wake it (a trylock writes the bare thread id). */
@@ -556,11 +793,13 @@ keep_waiters_flag(seqlock_t *sl)
 }
 
 /* Take the word within timeout_ns: spin, yield, then sleep on the
- * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT or a pthread error. */
+ * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT, EINVAL or a pthread
+ * error. */
 static int
-take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
+take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns,
+               struct held_lock *held)
 {
-    int err = try_lock_word(sl, me);
+    int err = try_lock_word(sl, me, held);
     if (err != EBUSY) {
         return err;
     }
@@ -592,10 +831,18 @@ take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
                     &sl->starving, &none, me, memory_order_relaxed,
                     memory_order_relaxed);
             }
-            sleep_on_beacon(sl, nap);
+            if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+                == SEQLOCK_READY) {
+                sleep_on_beacon(sl, nap);
+            }
+            else { /* another taker is setting the beacon up */
+                struct timespec ts = timespec_of(nap < 1000000 ? nap
+                                                               : 1000000);
+                (void)nanosleep(&ts, NULL);
+            }
             slept = 1;
         }
-        err = try_lock_word(sl, me);
+        err = try_lock_word(sl, me, held);
         if (err != EBUSY) {
             if (slept && (err == 0 || err == EOWNERDEAD)) {
                 keep_waiters_flag(sl);
@@ -617,24 +864,22 @@ take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns)
 int
 seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
 {
-    int err = ensure_ready(sl);
+    if (find_held(sl) != NULL) {
+        return EDEADLK;
+    }
+    int err = reserve_held();
     if (err != 0) {
         return err;
     }
     uint64_t me = seqlock_self();
-    if (atomic_load_explicit(&sl->holder, memory_order_relaxed) == me) {
-        return EDEADLK;
-    }
-    if (held_locks >= SEQLOCK_MAX_HELD) {
-        return ENOLCK;
-    }
+    struct held_lock held = {sl, NO_SECTION, 0, 0};
     int saved_errno = errno;
-    err = take_lock_word(sl, me, timeout_ns);
+    err = take_lock_word(sl, me, timeout_ns, &held);
     errno = saved_errno;
     if (err != 0 && err != EOWNERDEAD) {
         return err;
     }
-    held_locks++;
+    *held_at(held_count++) = held;
     if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
         /* A taker before us could not repair this section: it is ours now,
          * as from its dead writer. */
@@ -647,17 +892,27 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
 int
 seqlock_open_section(seqlock_t *sl)
 {
-    if (!seqlock_held_by_me(sl)) {
+    struct held_lock *h = find_held(sl);
+    if (h == NULL) {
         return EPERM;
     }
+    if (h->section != NO_SECTION) {
+        return EINVAL;
+    }
     /* Make the count odd (it already is if a dead holder left its section
-     * open): a latch switch (seqlock_latch()), whose first fence orders the
-     * last holder's stores before it and whose second orders it before the
-     * caller's data stores. */
-    if (!(seqlock_sequence(sl) & 1u)) {
-        raw_write_seqcount_latch(&sl->seqcount);
+     * open: adopt it): a latch switch (seqlock_latch()), whose first fence
+     * orders the last holder's stores before it and whose second orders it
+     * before the caller's data stores. */
+    uint64_t seq = seqlock_sequence(sl);
+    if (seq & 1u) {
+        h->section = seq - 1;
+        atomic_thread_fence(memory_order_release);
     }
     else {
+        h->section = seq;
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&sl->seqcount.sequence, seq + 1,
+                              memory_order_relaxed);
         atomic_thread_fence(memory_order_release);
     }
     return 0;
@@ -673,25 +928,26 @@ seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
     return err;
 }
 
-/* The section ends: even count, then wake the sleepers if one announced
- * itself for this section.  The count's store is a latch switch (its first
- * fence publishes the section's stores; its second orders the count before
- * the caller's stores to the other copy, seqlock_latch()); the seq_cst
- * fence pairs with the sleeper's announce-then-fence-then-check
- * (sleep_while_count_is), so either we see its announcement or it
- * sees the new count. */
+/* The section that opened at `start` (even) ends: the count becomes start
+ * + 2, then the sleepers are woken if one announced itself for this
+ * section.  The count's store is a latch switch (its first fence publishes
+ * the section's stores; its second orders the count before the caller's
+ * stores to the other copy, seqlock_latch()); the seq_cst fence pairs with
+ * the sleeper's announce-then-fence-then-check (sleep_while_count_is), so
+ * either we see its announcement or it sees the new count. */
 static void
-end_section(seqlock_t *sl)
+end_section(seqlock_t *sl, uint64_t start)
 {
-    uint64_t seq = atomic_load_explicit(&sl->seqcount.sequence,
-                                        memory_order_relaxed);
-    raw_write_seqcount_latch(&sl->seqcount);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&sl->seqcount.sequence, start + 2,
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
-    /* seq is odd (so seq - 1 cannot wrap): the section began at seq - 1.
-     * Not wake_from + 1 >= seq: that overflows for a sleeper announced
-     * on the count 2**64 - 1. */
+    /* A sleeper announces the count it saw: this section's (start + 1)
+     * or one before.  Not wake_from + 1 > start: that overflows for a
+     * sleeper announced on the count 2**64 - 1. */
     if (atomic_load_explicit(&sl->wake_from, memory_order_relaxed)
-        >= seq - 1) {
+        >= start) {
         wake_all_on(low_half(&sl->seqcount.sequence));
     }
 }
@@ -699,60 +955,82 @@ end_section(seqlock_t *sl)
 int
 seqlock_close_section(seqlock_t *sl)
 {
-    if (!seqlock_held_by_me(sl)) {
+    struct held_lock *h = find_held(sl);
+    if (h == NULL) {
         return EPERM;
     }
-    if (!(seqlock_sequence(sl) & 1u)) {
-        return EINVAL;
+    if (h->section == NO_SECTION) {
+        /* A dead holder's section, taken over with the lock word */
+        uint64_t seq = seqlock_sequence(sl);
+        if (!(seq & 1u)) {
+            return EINVAL;
+        }
+        h->section = seq - 1;
     }
-    end_section(sl);
+    end_section(sl, h->section);
+    h->section = NO_SECTION;
     return 0;
 }
 
-/* Unlock the beacon (glibc wakes a writer asleep on it), then give the
- * word back: a compare-and-swap, as a waiter that took us for dead in
- * this gap has it now. */
+/* Unlock the beacon, then give the word back: never the word first, or a
+ * contender would try a beacon its holder still holds (the one thing the
+ * beacon design rules out: see the top of this section).  Between the two
+ * lies the holder's second gap, which makes no system call, as kills
+ * land on system calls: glibc's unlock would wake a sleeping writer
+ * there, so the flag that asks it to is taken off first, and the sleepers
+ * are woken after the word is given back.  The word's compare-and-swap: a
+ * waiter that took it over in the gap has it now.  Returns 0, or
+ * ENOTRECOVERABLE (seqlock_unlock()). */
 static int
-release_lock_word(seqlock_t *sl)
+release_lock_word(seqlock_t *sl, struct held_lock *h)
 {
-    held_locks--;
+    struct held_lock held = *h;
+    forget_held(h);
+    restore_beacon_owner(sl, &held);
+    int sleepers = take_waiters_flag(sl);
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     int err = pthread_mutex_unlock(&sl->beacon);
+    if (err != 0) { /* rewritten again after restore_beacon_owner(): once more */
+        restore_beacon_owner(sl, &held);
+        err = pthread_mutex_unlock(&sl->beacon);
+    }
     uint64_t me = seqlock_self();
     (void)atomic_compare_exchange_strong_explicit(
         &sl->holder, &me, 0, memory_order_release, memory_order_relaxed);
-#ifdef BEACON_WORD
-    if (atomic_load_explicit(&sl->starving, memory_order_relaxed)) {
-        /* glibc woke one sleeper; the starving one must come too */
-        wake_all_on((_Atomic uint32_t *)BEACON_WORD(sl));
+    int starving = atomic_load_explicit(&sl->starving, memory_order_relaxed)
+                   != 0;
+    if (sleepers || starving) {
+        /* one, as glibc would; every one if the starving one must come */
+        wake_on_beacon(sl, starving ? INT_MAX : 1);
     }
-#endif
-    return err;
+    return err == 0 ? 0 : ENOTRECOVERABLE;
 }
 
 int
 seqlock_unlock(seqlock_t *sl)
 {
-    if (!seqlock_held_by_me(sl)) {
+    struct held_lock *h = find_held(sl);
+    if (h == NULL) {
         return EPERM;
     }
-    if (seqlock_sequence(sl) & 1u) {
-        end_section(sl); /* never leave readers waiting for a gone writer */
+    if (h->section != NO_SECTION) {
+        end_section(sl, h->section); /* never leave readers waiting */
     }
-    return release_lock_word(sl);
+    return release_lock_word(sl, h);
 }
 
 int
 seqlock_abandon(seqlock_t *sl)
 {
-    if (!seqlock_held_by_me(sl)) {
+    struct held_lock *h = find_held(sl);
+    if (h == NULL) {
         return EPERM;
     }
-    if (!(seqlock_sequence(sl) & 1u)) {
+    if (h->section == NO_SECTION && !(seqlock_sequence(sl) & 1u)) {
         return EINVAL;
     }
     atomic_store_explicit(&sl->abandoned, 1, memory_order_release);
-    int err = release_lock_word(sl);
+    int err = release_lock_word(sl, h);
     wake_all_on(low_half(&sl->seqcount.sequence)); /* readers: look again */
     return err;
 }
@@ -851,15 +1129,30 @@ seqlock_read_begin_timed(const seqlock_t *sl, int64_t timeout_ns,
 
 /* ---- readers that wait for news ---- */
 
+/* A read-only waiter's next nap: it cannot announce itself, so it looks
+ * again soon after a change and ever less often while nothing changes. */
+static int64_t
+poll_nap_ns(int64_t last)
+{
+    const int64_t first = SEQLOCK_POLL_FIRST_NAP_US * 1000LL;
+    const int64_t cap = SEQLOCK_POLL_NAP_MS * 1000 * 1000LL;
+    if (last <= 0) {
+        return first;
+    }
+    return last >= cap / 2 ? cap : 2 * last;
+}
+
 int
-seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
-                        int64_t timeout_ns, const _Atomic uint32_t *cancel,
-                        uint64_t *now)
+seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
+                              int64_t timeout_ns,
+                              const _Atomic uint32_t *cancel, unsigned flags,
+                              uint64_t *now)
 {
     seqlock_t *lock = (seqlock_t *)sl; /* sleeping announces; data untouched */
     int saved_errno = errno;
     uint64_t me = current_token();
     int64_t deadline = -2; /* computed when first needed */
+    int64_t poll_nap = 0;
     int result;
     for (;;) {
         uint64_t s = atomic_load_explicit(&lock->seqcount.sequence,
@@ -880,7 +1173,8 @@ seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
             result = EDEADLK;
             break;
         }
-        if ((s & 1u) && seqlock_owner_died(lock)) {
+        if (!(flags & SEQLOCK_WAIT_THROUGH_DEATH) && (s & 1u)
+            && seqlock_owner_died(lock)) {
             result = EOWNERDEAD; /* nobody will end this section */
             break;
         }
@@ -890,19 +1184,35 @@ seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
         /* A cancel's wake-up finds nobody if it lands between our look at
          * *cancel and our futex wait (the count, our futex word, does not
          * change): a cancellable wait naps short. */
-        int64_t nap = next_nap_ns(
-            deadline, cancel != NULL ? CANCELLABLE_NAP_NS : WAITER_NAP_NS);
+        int64_t cap = cancel != NULL ? CANCELLABLE_NAP_NS : WAITER_NAP_NS;
+        if (flags & SEQLOCK_WAIT_READ_ONLY) {
+            poll_nap = poll_nap_ns(poll_nap);
+            cap = poll_nap < cap ? poll_nap : cap;
+        }
+        int64_t nap = next_nap_ns(deadline, cap);
         if (nap == 0) {
             result = ETIMEDOUT;
             break;
         }
-        if (sleep_while_count_is(lock, s, nap) == EINTR) {
+        int slept = (flags & SEQLOCK_WAIT_READ_ONLY)
+                        ? sleep_on(low_half(&lock->seqcount.sequence),
+                                   (uint32_t)s, nap)
+                        : sleep_while_count_is(lock, s, nap);
+        if (slept == EINTR) {
             result = EINTR;
             break;
         }
     }
     errno = saved_errno;
     return result;
+}
+
+int
+seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
+                        int64_t timeout_ns, const _Atomic uint32_t *cancel,
+                        uint64_t *now)
+{
+    return seqlock_wait_for_change_flags(sl, seq, timeout_ns, cancel, 0, now);
 }
 
 void
@@ -975,9 +1285,9 @@ seqlock_untrack_private(seqlock_private_t *p)
 }
 
 /* In the child: the only thread, once the forking thread, now has token
- * me (it had forker).  Idempotent, as a lock may be tracked twice. */
+ * me.  Idempotent, as a lock may be tracked twice. */
 static void
-repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
+repair_in_child(seqlock_private_t *p, uint64_t me)
 {
     seqlock_t *sl = p->lock;
     if (atomic_load_explicit(&sl->ready, memory_order_acquire)
@@ -986,24 +1296,34 @@ repair_in_child(seqlock_private_t *p, uint64_t forker, uint64_t me)
     }
     uint64_t holder = atomic_load_explicit(&sl->holder, memory_order_relaxed);
     if (holder == me) {
-        return;
+        return; /* repaired already */
     }
     /* The beacon names a thread of the parent and sits on no robust list
-     * here: whoever holds the word in the child, make it anew. */
-    if (holder == 0 || init_beacon(sl) != 0
-        || pthread_mutex_lock(&sl->beacon) != 0) {
-        return; /* free (between sections nobody was in a gap), or broken */
+     * here: make it anew, whoever holds the word (a thread of the parent
+     * may have given the word back and not yet unlocked the beacon). */
+    if (init_beacon(sl) != 0) {
+        return; /* broken */
+    }
+    struct held_lock *mine = find_held(sl);
+    if (mine != NULL) {
+        /* The forking thread keeps its lock: its section goes on. */
+        if (pthread_mutex_lock(&sl->beacon) == 0) {
+            atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+            note_beacon_owner(sl, mine);
+        }
+        return;
+    }
+    if (holder == 0 || pthread_mutex_lock(&sl->beacon) != 0) {
+        return; /* free; or broken */
     }
     atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
-    if (holder == forker) {
-        return; /* the forking thread keeps its lock: its section goes on */
-    }
     if (p->undo != NULL) {
         p->undo(p->arg);
     }
-    if (seqlock_sequence(sl) & 1u) {
+    uint64_t seq = seqlock_sequence(sl);
+    if (seq & 1u) {
         if (p->undo != NULL) {
-            end_section(sl);
+            end_section(sl, seq - 1);
         }
         else { /* nothing can repair it: leave it to the next writer */
             atomic_store_explicit(&sl->abandoned, 1, memory_order_relaxed);
@@ -1028,12 +1348,11 @@ after_fork_in_parent(void)
 static void
 after_fork_in_child(void)
 {
-    uint64_t forker = current_token();
     atomic_store_explicit(&self_token, 0, memory_order_relaxed);
     uint64_t me = seqlock_self();
     for (seqlock_private_t *p = private_locks.next; p != &private_locks;
          p = p->next) {
-        repair_in_child(p, forker, me);
+        repair_in_child(p, me);
     }
     pthread_mutex_unlock(&private_locks_mutex);
 }

@@ -156,6 +156,14 @@ typedef _Atomic seqlock_word_value_t seqlock_word_t;
 int seqlock_init(seqlock_t *sl);
 
 /**
+ * seqlock_check - 0 if *sl's words are those of a set-up lock (ready, its
+ * beacon of the kind seqlock_init() makes), else EINVAL.  For a lock in
+ * memory other processes may write: a snapshot, as they may rewrite it
+ * at any moment after; the lock's functions check what they use again.
+ */
+int seqlock_check(const seqlock_t *sl);
+
+/**
  * seqlock_destroy - release what seqlock_init() set up
  * The lock must be free, and nobody may use it again.
  */
@@ -182,9 +190,12 @@ uint64_t seqlock_self(void);
  * robust list only so far); EOWNERDEAD if its holder died or abandoned its
  * section (seqlock_abandon()): the caller now holds it, and the sequence
  * is odd if a write section was left open (repair the data, then
- * seqlock_close_section()); ENOTRECOVERABLE or another pthread error if
- * the beacon is broken.  The lock word's acquire orders the caller's
- * accesses after the last holder's release.
+ * seqlock_close_section()); EINVAL if the lock's words hold no valid
+ * state (corrupted: a beacon of another kind, a garbage `ready`);
+ * ENOTRECOVERABLE or another pthread error if the beacon is broken.
+ * Never waits past timeout_ns, not even for a lock another thread is
+ * setting up (SEQLOCK_UNLOCKED).  The lock word's acquire orders the
+ * caller's accesses after the last holder's release.
  */
 int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
 
@@ -193,8 +204,10 @@ int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
  * holds (seqlock_lock_excl_timed()): the count becomes odd, a latch switch
  * (seqlock_latch()) whose release fences order the last holder's stores
  * before it and it before the caller's data stores.  A dead holder's
- * section (odd already) is adopted as it stands.  0, or EPERM if the
- * caller does not hold the lock word.
+ * section (odd already) is adopted as it stands.  The count the section
+ * opened at is kept in the calling thread's own memory: closing it stores
+ * that count + 2 whatever the shared word holds by then.  0, EPERM if the
+ * caller does not hold the lock word, EINVAL if its section is open.
  */
 int seqlock_open_section(seqlock_t *sl);
 
@@ -210,9 +223,13 @@ int seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns);
 /**
  * seqlock_close_section - end the caller's write section, keeping the lock
  * The release store of the even count publishes the data stores; readers
- * asleep on the count are woken.  The caller must hold the lock word with
- * an odd sequence (its own section, or a dead holder's it adopted).
- * Returns 0, EPERM (not the holder) or EINVAL (no section is open).
+ * asleep on the count are woken.  The caller must hold the lock word and
+ * a section: its own (seqlock_open_section()), or a dead holder's it took
+ * over (the count odd when it took the lock).  The even count stored is
+ * the section's opening count + 2, from the caller's own memory: a count
+ * rewritten meanwhile by another process cannot make the caller's close
+ * fail or leave the section open.  Returns 0, EPERM (not the holder) or
+ * EINVAL (no section is open).
  */
 int seqlock_close_section(seqlock_t *sl);
 
@@ -235,7 +252,12 @@ int seqlock_abandon(seqlock_t *sl);
  * seqlock_unlock - release the lock word the caller holds
  * Closes an open write section first (seqlock_close_section()).  The
  * lock word's release orders the caller's accesses before the next holder's.
- * Returns 0 or EPERM (the caller does not hold it).
+ * Returns 0 or EPERM (the caller does not hold it); or ENOTRECOVERABLE:
+ * the beacon's words were rewritten during the section beyond what the
+ * caller can put back, and the C library refused to release it, so it may
+ * still be linked into the calling thread's robust list: the lock's memory
+ * must then never be freed or unmapped (the caller no longer holds the
+ * lock either way).
  */
 int seqlock_unlock(seqlock_t *sl);
 
@@ -294,6 +316,26 @@ uint64_t seqlock_read_wait_(const seqlock_t *sl);
 int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
                             int64_t timeout_ns, const _Atomic uint32_t *cancel,
                             uint64_t *now);
+
+/**
+ * seqlock_wait_for_change_flags - seqlock_wait_for_change() with flags:
+ * SEQLOCK_WAIT_READ_ONLY: write nothing to the lock, so that it may sit in
+ *   memory the caller can only read; writers cannot know of such a waiter
+ *   and wake it, so it looks at the count at least every
+ *   SEQLOCK_POLL_NAP_MS (sooner after a recent change: the nap doubles
+ *   from SEQLOCK_POLL_FIRST_NAP_US).
+ * SEQLOCK_WAIT_THROUGH_DEATH: a section whose writer died is not reported
+ *   (no EOWNERDEAD): the wait goes on until someone repairs and closes it,
+ *   or the timeout.
+ */
+int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
+                                  int64_t timeout_ns,
+                                  const _Atomic uint32_t *cancel,
+                                  unsigned flags, uint64_t *now);
+#define SEQLOCK_WAIT_READ_ONLY 1u
+#define SEQLOCK_WAIT_THROUGH_DEATH 2u
+#define SEQLOCK_POLL_NAP_MS 5
+#define SEQLOCK_POLL_FIRST_NAP_US 50
 #define SEQLOCK_WAITER_NAP_MS 1000
 /* The nap of a wait with a cancel flag: a cancel that races the waiter's
  * falling asleep is seen within it (its wake-up found nobody asleep). */
@@ -557,14 +599,24 @@ seqlock_is_locked(const seqlock_t *sl)
 }
 
 /**
- * seqlock_held_by_me - nonzero if the calling thread holds the lock word
- * Exact: only the holder stores its token, and tokens are unique.
+ * seqlock_held - what the calling thread holds of sl: SEQLOCK_HOLDS_NOTHING,
+ * SEQLOCK_HOLDS_WORD (the lock word alone: a reader's locking pass) or
+ * SEQLOCK_HOLDS_SECTION (a write section it opened or adopted).  Exact:
+ * the answer comes from the thread's own record of what it took, never
+ * from the lock's words, which any process that maps the lock may rewrite.
  */
+enum {
+    SEQLOCK_HOLDS_NOTHING = 0,
+    SEQLOCK_HOLDS_WORD = 1,
+    SEQLOCK_HOLDS_SECTION = 2,
+};
+int seqlock_held(const seqlock_t *sl);
+
+/** seqlock_held_by_me - nonzero if the calling thread holds the lock word */
 static inline int
 seqlock_held_by_me(const seqlock_t *sl)
 {
-    return atomic_load_explicit(&sl->holder, memory_order_relaxed)
-           == seqlock_self();
+    return seqlock_held(sl) != SEQLOCK_HOLDS_NOTHING;
 }
 
 /* ---- latches: readers that never wait (Linux's seqcount_latch_t) ---- */

@@ -59,7 +59,8 @@ SeqLock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    bound_lock_init(&self->lock, &self->word, NULL, (PyObject *)self, 1);
+    bound_lock_init(&self->lock, &self->word, NULL, (PyObject *)self,
+                    BOUND_PRIVATE);
     atomic_store_explicit(&self->lock.budget.max_retries, max_retries,
                           memory_order_relaxed);
     defer_refcount((PyObject *)self);

@@ -18,12 +18,13 @@
 #include "binding.h"
 
 #include <errno.h>
+#include <sched.h>
 
 typedef struct {
     PyObject_HEAD
-    bound_lock lock;         /* the one locking path's view of h->lock */
-    record_header *h;
-    seqlock_word_t *data;    /* copy 0: the one write sections change */
+    bound_lock lock;         /* the one locking path's view of rv.lock */
+    record_view rv;          /* where the record is: this process's own
+                                geometry, never re-read from the header */
     record_layout *layout;
     void *memory;    /* a record's own memory (SeqRecord()), else NULL */
     Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
@@ -63,48 +64,56 @@ state_of(PyObject *self)
 
 /* ---- consistent snapshots ---- */
 
-/* Data bytes [offset, +n) to dst: one pass of read_consistently(). */
-typedef struct {
-    SeqRecordObject *record;
-    void *dst;
-    size_t offset, n;
-} copy_request;
-
-static int
-copy_out(void *ctx, uint64_t seq)
-{
-    copy_request *r = ctx;
-    const seqlock_word_t *copy = record_read_copy(r->record->h, seq);
-    if (r->offset == 0 && r->n == r->record->h->data_bytes) {
-        seqlock_read_copy(r->dst, copy, r->n);
-    }
-    else {
-        record_load_bytes(r->dst, copy, r->offset, r->n);
-    }
-    return 0;
-}
-
-/* Raw bytes to drop after an overlapped pass: nothing to do. */
-static int
-nothing_to_discard(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
+/* Latch read passes a reader makes with the interpreter released, once it
+ * has run out of lock-free retries, before it looks for signals again. */
+#define DETACHED_PASSES 1024
 
 /* Copy data bytes [offset, +n) of one consistent snapshot into dst and
  * store its sequence number in *seq: the count at the end of the section
  * that wrote it (even; while a section is open, the count before it).
- * Never waits for a writer.  0, or -1 with an exception. */
+ * A latch reader: it never waits for a writer and never takes the lock,
+ * so a writer stopped or dead at any point cannot hold it up.  A write
+ * storm that keeps overlapping its copies past max_retries makes it go
+ * on with the interpreter released, yielding the CPU between passes (so
+ * that writers of this process can finish, and a stop-the-world pause is
+ * not held up); read_fallbacks counts those reads.  0, or -1 with what a
+ * signal handler raised meanwhile. */
 static int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          uint64_t *seq)
 {
-    copy_request request = {self, dst, offset, n};
-    int result = read_consistently(&self->lock, copy_out, nothing_to_discard,
-                                   &request, seq);
-    *seq &= ~(uint64_t)1;
-    return result;
+    read_budget *budget = &self->lock.budget;
+    int max_retries = read_budget_max(budget);
+    for (int failed = 0;; failed++) {
+        if (SEQLOCK_LIKELY(record_try_read(&self->rv, dst, offset, n, seq))) {
+            *seq &= ~(uint64_t)1;
+            return 0;
+        }
+        read_budget_count(&budget->retries);
+        if (failed == max_retries) {
+            break;
+        }
+    }
+    read_budget_count(&budget->fallbacks);
+    for (;;) {
+        int whole = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (int i = 0; i < DETACHED_PASSES && !whole; i++) {
+            sched_yield();
+            whole = record_try_read(&self->rv, dst, offset, n, seq);
+            if (!whole) {
+                read_budget_count(&budget->retries);
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (whole) {
+            *seq &= ~(uint64_t)1;
+            return 0;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            return -1;
+        }
+    }
 }
 
 /* A buffer for n bytes of snapshot: the stack one if it fits. */
@@ -196,7 +205,7 @@ begin_write(SeqRecordObject *self, int64_t timeout_ns)
     uint64_t dropped = atomic_load_explicit(&self->dropped_section,
                                             memory_order_relaxed);
     if (dropped != 0 && dropped == seqlock_self()
-        && seqlock_held_by_me(&self->h->lock)) {
+        && seqlock_held_by_me(self->rv.lock)) {
         atomic_store_explicit(&self->dropped_section, 0,
                               memory_order_relaxed);
         (void)abort_write(&self->lock);
@@ -224,7 +233,7 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
     }
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     const record_layout *layout = self->layout;
-    unsigned char *buf = scratch(stack, self->h->data_bytes);
+    unsigned char *buf = scratch(stack, layout->data_bytes);
     char *chosen = PyMem_Calloc((size_t)layout->nfields, 1);
     int result = -1;
     if (buf == NULL || chosen == NULL) {
@@ -240,14 +249,16 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
         if (check_in_section(writer) < 0) {
             goto done;
         }
-        store_values(layout, self->data, buf, chosen);
+        store_values(layout, record_copy(&self->rv, 0), buf, chosen);
     }
     else {
         if (begin_write(self, -1) < 0) {
             goto done;
         }
-        store_values(layout, self->data, buf, chosen);
-        (void)unlock_write(&self->lock);
+        store_values(layout, record_copy(&self->rv, 0), buf, chosen);
+        if (unlock_write(&self->lock) < 0) {
+            goto done;
+        }
     }
     result = 0;
 done:
@@ -284,15 +295,17 @@ layout_record_size(const record_layout *layout)
                        layout->data_bytes);
 }
 
-/* Point the record at its memory and bind its lock.  A lock in private
- * memory is repaired in a fork's child; one in shared memory never is. */
+/* Point the record at its memory, with the geometry of its own layout,
+ * and bind its lock.  memory_kind: bound_lock_init()'s (a lock in private
+ * memory is repaired in a fork's child; one in shared memory never is). */
 static void
-bind_memory(SeqRecordObject *self, void *memory, int private_memory)
+bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
 {
-    self->h = (record_header *)memory;
-    self->data = record_copy(self->h, 0);
-    bound_lock_init(&self->lock, &self->h->lock, self->h, (PyObject *)self,
-                    private_memory);
+    self->rv = record_view_of(
+        memory, (size_t)PyBytes_GET_SIZE(self->layout->descriptor),
+        self->layout->data_bytes);
+    bound_lock_init(&self->lock, self->rv.lock, &self->rv, (PyObject *)self,
+                    memory_kind);
 }
 
 /* record_init()'s error as an exception. */
@@ -333,7 +346,7 @@ SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         record_init_failed(err);
         return NULL;
     }
-    bind_memory(self, self->memory, 1);
+    bind_memory(self, self->memory, BOUND_PRIVATE);
     return (PyObject *)self;
 }
 
@@ -385,12 +398,14 @@ attach_mismatch(const record_header *found, size_t len,
         return -1;
     default: {
         /* Quote the found layout text, but only the part inside the
-         * buffer: its layout_bytes is the other record's, not ours. */
+         * buffer: its layout_bytes is the other record's, not ours, and
+         * read once (another process may be rewriting it). */
         size_t room = len - RECORD_HEADER_SIZE;
+        size_t found_bytes = ((const volatile record_header *)found)
+                                 ->layout_bytes;
         PyObject *other = PyBytes_FromStringAndSize(
             record_layout_text(found),
-            (Py_ssize_t)(found->layout_bytes < room ? found->layout_bytes
-                                                    : room));
+            (Py_ssize_t)(found_bytes < room ? found_bytes : room));
         if (other != NULL) {
             PyErr_Format(PyExc_ValueError,
                          "the buffer holds a record with other fields: "
@@ -417,8 +432,17 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     if (self == NULL) {
         return NULL;
     }
+    /* attach() takes read-only memory too: the record then only reads
+     * (and waits), never writing a byte of it. */
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &self->view,
-                           PyBUF_WRITABLE) < 0) {
+                           create ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        goto error;
+    }
+    int memory_kind = buffer_memory_kind(&self->view);
+    if (create && (memory_kind & BOUND_READ_ONLY)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "create() needs writable memory: the buffer is "
+                        "mapped read-only");
         goto error;
     }
     if (create
@@ -446,7 +470,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                              self->layout) < 0) {
         goto error;
     }
-    bind_memory(self, self->view.buf, buffer_is_private(&self->view));
+    bind_memory(self, self->view.buf, memory_kind);
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -539,12 +563,12 @@ SeqRecord_dealloc(SeqRecordObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     /* No thread of ours holds the lock: a holder keeps the record alive. */
-    if (self->h != NULL) {
+    if (self->rv.header != NULL) {
         bound_lock_fini(&self->lock);
     }
     (void)SeqRecord_clear(self);
     if (self->memory != NULL) {
-        seqlock_destroy(&self->h->lock);
+        seqlock_destroy(self->rv.lock);
         PyMem_Free(self->memory);
     }
     layout_free(self->layout);
@@ -558,7 +582,7 @@ SeqRecord_repr(SeqRecordObject *self)
     return PyUnicode_FromFormat(
         "<%s fields=%R format=%R sequence=%llu%s>", Py_TYPE(self)->tp_name,
         self->layout->names, self->layout->format,
-        (unsigned long long)seqlock_sequence(&self->h->lock),
+        (unsigned long long)seqlock_sequence(self->rv.lock),
         self->view.obj != NULL ? " in a buffer" : "");
 }
 
@@ -754,7 +778,7 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *target)
     if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) {
         return NULL;
     }
-    size_t n = self->h->data_bytes;
+    size_t n = self->layout->data_bytes;
     if ((size_t)view.len < n) {
         PyErr_Format(PyExc_ValueError,
                      "buffer too small: a snapshot takes %zu bytes, the "
@@ -829,13 +853,13 @@ PyDoc_STRVAR(SeqRecord_locked_doc,
 static PyObject *
 SeqRecord_locked(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return PyBool_FromLong(seqlock_is_locked(&self->h->lock));
+    return PyBool_FromLong(seqlock_is_locked(self->rv.lock));
 }
 
 static PyObject *
 SeqRecord_get_sequence(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromUnsignedLongLong(seqlock_sequence(&self->h->lock));
+    return PyLong_FromUnsignedLongLong(seqlock_sequence(self->rv.lock));
 }
 
 static PyObject *
@@ -857,10 +881,16 @@ SeqRecord_get_nbytes(SeqRecordObject *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+SeqRecord_get_readonly(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->lock.readonly);
+}
+
+static PyObject *
 SeqRecord_get_recoveries(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromUnsignedLong(atomic_load_explicit(
-        &self->h->recoveries, memory_order_relaxed));
+        &self->rv.header->recoveries, memory_order_relaxed));
 }
 
 static PyMethodDef SeqRecord_methods[] = {
@@ -912,7 +942,11 @@ static PyGetSetDef SeqRecord_getset[] = {
                "layout)."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
-    READ_BUDGET_GETSETS(offsetof(SeqRecordObject, lock.budget)),
+    {"readonly", (getter)SeqRecord_get_readonly, NULL,
+     PyDoc_STR("True if the record was attached to memory this process may "
+               "only read: it reads and waits, writing nothing; update() "
+               "and write() raise TypeError."), NULL},
+    RECORD_READ_BUDGET_GETSETS(offsetof(SeqRecordObject, lock.budget)),
     {"recoveries", (getter)SeqRecord_get_recoveries, NULL,
      PyDoc_STR("Write sections discarded because their writer died inside "
                "them (counted by the writer that took the lock over)."),
@@ -988,7 +1022,7 @@ check_in_section(RecordWriterObject *w)
                         "inside its with block");
         return -1;
     }
-    if (!seqlock_held_by_me(&w->record->h->lock)) {
+    if (!seqlock_held_by_me(w->record->rv.lock)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the write section belongs to another thread");
         return -1;
@@ -1036,7 +1070,7 @@ RecordWriter_dealloc(RecordWriterObject *self)
          * record locked for ever; on another thread than the holder's,
          * tell the holder to undo it at its next write.  (A section taken
          * over since is another writer's: leave it alone.) */
-        seqlock_t *sl = &self->record->h->lock;
+        seqlock_t *sl = self->record->rv.lock;
         if (seqlock_held_by_me(sl)) {
             PyObject *exc = PyErr_GetRaisedException();
             (void)close_section(self, 1);
@@ -1112,7 +1146,8 @@ RecordWriter_getattro(RecordWriterObject *self, PyObject *name)
         return (PyObject *)view;
     }
     unsigned char item[8];
-    record_load_bytes(item, self->record->data, f->offset, f->item_size);
+    record_load_bytes(item, record_copy(&self->record->rv, 0), f->offset,
+                      f->item_size);
     return item_decode(f, item);
 }
 
@@ -1144,7 +1179,8 @@ RecordWriter_setattro(RecordWriterObject *self, PyObject *name,
         result = check_in_section(self);
     }
     if (result == 0) {
-        record_store_bytes(self->record->data, f->offset, buf, n);
+        record_store_bytes(record_copy(&self->record->rv, 0), f->offset, buf,
+                           n);
     }
     scratch_free(buf, stack);
     return result;
@@ -1246,7 +1282,7 @@ ArrayField_item(ArrayFieldObject *self, Py_ssize_t i)
         return NULL;
     }
     unsigned char item[8];
-    record_load_bytes(item, self->writer->record->data, offset,
+    record_load_bytes(item, record_copy(&self->writer->record->rv, 0), offset,
                       self->field->item_size);
     return item_decode(self->field, item);
 }
@@ -1266,8 +1302,8 @@ ArrayField_ass_item(ArrayFieldObject *self, Py_ssize_t i, PyObject *value)
         || check_in_section(self->writer) < 0) {
         return -1;
     }
-    record_store_bytes(self->writer->record->data, offset, item,
-                       self->field->item_size);
+    record_store_bytes(record_copy(&self->writer->record->rv, 0), offset,
+                       item, self->field->item_size);
     return 0;
 }
 

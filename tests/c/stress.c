@@ -51,7 +51,7 @@ static pthread_barrier_t start_line;
 
 struct reader {
     pthread_t thread;
-    record_header *rec;     /* phase 2's record (NULL in phase 1) */
+    const record_view *rec; /* phase 2's record (NULL in phase 1) */
     uint64_t mid_section;   /* phase 2: reads accepted while a section
                                (live or dead) was open: latch readers
                                never wait for it */
@@ -262,10 +262,11 @@ struct killed_run {
     char pad[RECORD_ALIGN - sizeof(uint64_t)];
 };
 
-static record_header *
+static record_view
 record_of(struct killed_run *run)
 {
-    return (record_header *)(run + 1);
+    return record_view_of(run + 1, sizeof LAYOUT - 1,
+                          WORDS * sizeof(uint64_t));
 }
 
 static void
@@ -282,17 +283,17 @@ nap_us(long us)
 static _Noreturn void
 write_until_killed(struct killed_run *run, unsigned die_at)
 {
-    record_header *h = record_of(run);
+    record_view v = record_of(run), *h = &v;
     seqlock_word_t *data = record_copy(h, 0);
     for (;;) {
-        int err = seqlock_lock_excl_timed(&h->lock, -1);
+        int err = seqlock_lock_excl_timed(h->lock, -1);
         if (err == EOWNERDEAD) {
             record_repair(h);
         }
         else if (err != 0) {
             _exit(3);
         }
-        seqlock_open_section(&h->lock);
+        seqlock_open_section(h->lock);
         uint64_t cur[WORDS], next[WORDS];
         seqlock_read_copy(cur, data, sizeof cur);
         make_record(next, cur[0] + 1);
@@ -303,9 +304,9 @@ write_until_killed(struct killed_run *run, unsigned die_at)
             }
             sched_yield();
         }
-        seqlock_close_section(&h->lock);
+        seqlock_close_section(h->lock);
         record_finish(h);
-        seqlock_unlock(&h->lock);
+        seqlock_unlock(h->lock);
         atomic_fetch_add(&run->sections, 1);
     }
 }
@@ -315,7 +316,7 @@ static void *
 record_reader_main(void *arg)
 {
     struct reader *rd = arg;
-    const seqcount_latch_t *latch = seqlock_latch(&rd->rec->lock);
+    const seqcount_latch_t *latch = seqlock_latch(rd->rec->lock);
     uint64_t last_a = 0;
     pthread_barrier_wait(&start_line);
     while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
@@ -365,20 +366,19 @@ kill_a_writer(struct killed_run *run, unsigned *seed)
 /* Phase 2: take the lock as the last writer would, repairing if need be;
  * the record as it then stands goes to *final. */
 static int
-repair_and_read(record_header *h, uint64_t final[WORDS])
+repair_and_read(const record_view *h, uint64_t final[WORDS])
 {
-    int err = seqlock_lock_excl_timed(&h->lock, 5LL * 1000 * 1000 * 1000);
+    int err = seqlock_lock_excl_timed(h->lock, 5LL * 1000 * 1000 * 1000);
     if (err == EOWNERDEAD) {
-        record_repair(h);
-        if (seqlock_sequence(&h->lock) & 1u) {
-            seqlock_close_section(&h->lock);
+        if (record_repair(h)) {
+            seqlock_close_section(h->lock);
         }
     }
     else if (err != 0) {
         return 0;
     }
     seqlock_read_copy(final, record_copy(h, 0), WORDS * sizeof final[0]);
-    seqlock_unlock(&h->lock);
+    seqlock_unlock(h->lock);
     return 1;
 }
 
@@ -393,8 +393,8 @@ run_killed_writers(double seconds, int nreaders)
         perror("mmap");
         exit(1);
     }
-    record_header *h = record_of(run);
-    if (record_init(h, LAYOUT, sizeof LAYOUT - 1, WORDS * sizeof(uint64_t))
+    record_view v = record_of(run), *h = &v;
+    if (record_init(h->header, LAYOUT, sizeof LAYOUT - 1, WORDS * sizeof(uint64_t))
         != 0) {
         fprintf(stderr, "record_init failed\n");
         exit(1);
@@ -439,7 +439,7 @@ run_killed_writers(double seconds, int nreaders)
     struct reader sum = join_readers(readers, nreaders);
     pthread_barrier_destroy(&start_line);
     uint64_t sections = atomic_load(&run->sections);
-    uint32_t recoveries = atomic_load(&h->recoveries);
+    uint32_t recoveries = atomic_load(&h->header->recoveries);
 
     printf("stress (killed writers): reads=%llu retries=%llu "
            "mid_section=%llu kills=%llu recoveries=%u sections>=%llu "

@@ -3640,30 +3640,51 @@ enter_a_gap_as(seqlock_t *sl, uint64_t token)
 static void
 test_a_holder_gone_in_its_gap_is_taken_over_after_the_gap_timeout(void)
 {
+    /* Nothing to repair (a gap's holder opened no section): taken, not
+     * taken over. */
     seqlock_t sl;
     CHECK(seqlock_init(&sl) == 0);
     enter_a_gap_as(&sl, 42);
-    int early = seqlock_lock_excl_timed(&sl, 50 * MS);
+    int early = seqlock_lock_excl_timed(&sl, 0); /* starts watching */
     int later = seqlock_lock_excl_timed(&sl, GIVE_UP_NS);
     if (later == EOWNERDEAD || later == 0) {
         seqlock_unlock(&sl);
     }
     CHECK(early == ETIMEDOUT);
-    CHECK(later == EOWNERDEAD);
+    CHECK(later == 0);
+    CHECK(seqlock_sequence(&sl) == 0);
+}
+
+static void
+test_a_gap_that_leaves_the_count_odd_is_taken_over_for_repair(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    atomic_store(&sl.seqcount.sequence, 7); /* as no live holder leaves it */
+    enter_a_gap_as(&sl, 42);
+    int err = seqlock_lock_excl_timed(&sl, GIVE_UP_NS);
+    if (err == EOWNERDEAD || err == 0) {
+        seqlock_close_section(&sl);
+        seqlock_unlock(&sl);
+    }
+    CHECK(err == EOWNERDEAD);
+    CHECK(seqlock_sequence(&sl) == 8);
 }
 
 static void
 test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone(void)
 {
     /* One holder's consecutive sections pass through gaps of their own: a
-     * waiter that saw it in one gap and, 100 ms later, in another must not
-     * add the two up (once, a live writer lost its lock that way). */
+     * waiter that saw it in one gap and, longer than the gap timeout
+     * later, in another must not add the two up (once, a live writer lost
+     * its lock that way). */
     seqlock_t sl;
     CHECK(seqlock_init(&sl) == 0);
     enter_a_gap_as(&sl, 42);
-    int first = seqlock_lock_excl_timed(&sl, 60 * MS);
+    int first = seqlock_lock_excl_timed(&sl, 0); /* starts watching */
+    sleep_ms(5);
     enter_a_gap_as(&sl, 42); /* its next section's gap */
-    int second = seqlock_lock_excl_timed(&sl, 60 * MS);
+    int second = seqlock_lock_excl_timed(&sl, 0);
     if (second == EOWNERDEAD || second == 0) {
         seqlock_unlock(&sl);
     }
@@ -3677,60 +3698,63 @@ test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone(void)
  * stored 2 into copy 0 and stopped where `stage` says (as a writer that
  * died there would leave it): 0 inside the section, 1 after closing it
  * but before record_finish(). */
-static record_header *
+static record_view
 record_left_at(int stage)
 {
     static const char layout[] = "x:q";
     size_t size = record_size(sizeof layout - 1, 8);
     record_header *h = aligned_alloc(64, record_round_up(size, 64));
+    record_view none = {0};
     if (h == NULL || record_init(h, layout, sizeof layout - 1, 8) != 0) {
         free(h);
-        return NULL;
+        return none;
     }
+    record_view v = record_view_of(h, sizeof layout - 1, 8);
     uint64_t one = 1, two = 2;
-    if (seqlock_write_lock_timed(&h->lock, 0) != 0) {
+    if (seqlock_write_lock_timed(v.lock, 0) != 0) {
         free(h);
-        return NULL;
+        return none;
     }
-    seqlock_write_copy(record_copy(h, 0), &one, sizeof one);
-    seqlock_close_section(&h->lock);
-    record_finish(h);
-    seqlock_open_section(&h->lock);
-    seqlock_write_copy(record_copy(h, 0), &two, sizeof two);
+    seqlock_write_copy(record_copy(&v, 0), &one, sizeof one);
+    seqlock_close_section(v.lock);
+    record_finish(&v);
+    seqlock_open_section(v.lock);
+    seqlock_write_copy(record_copy(&v, 0), &two, sizeof two);
     if (stage == 1) {
-        seqlock_close_section(&h->lock);
+        seqlock_close_section(v.lock);
     }
-    return h; /* still held by this thread: the tests act as the taker */
+    return v; /* still held by this thread: the tests act as the taker */
 }
 
 /* What a latch reader copies now. */
 static uint64_t
-record_reader_sees(record_header *h)
+record_reader_sees(const record_view *v)
 {
-    uint64_t seq = seqcount_latch_read64(seqlock_latch(&h->lock)), v;
-    seqlock_read_copy(&v, record_read_copy(h, seq), sizeof v);
-    return v;
+    uint64_t seq, value;
+    while (!record_try_read(v, &value, 0, sizeof value, &seq)) {
+    }
+    return value;
 }
 
 static uint64_t
-record_copy_value(record_header *h, unsigned which)
+record_copy_value(const record_view *v, unsigned which)
 {
-    uint64_t v;
-    seqlock_read_copy(&v, record_copy(h, which), sizeof v);
-    return v;
+    uint64_t value;
+    seqlock_read_copy(&value, record_copy(v, which), sizeof value);
+    return value;
 }
 
 static void
 test_record_readers_see_the_committed_copy_while_a_section_is_open(void)
 {
-    record_header *h = record_left_at(0);
-    CHECK(h != NULL);
-    uint64_t inside = record_reader_sees(h);
-    seqlock_close_section(&h->lock);
-    uint64_t after_close = record_reader_sees(h);
-    record_finish(h);
-    seqlock_unlock(&h->lock);
-    free(h);
+    record_view v = record_left_at(0);
+    CHECK(v.header != NULL);
+    uint64_t inside = record_reader_sees(&v);
+    seqlock_close_section(v.lock);
+    uint64_t after_close = record_reader_sees(&v);
+    record_finish(&v);
+    seqlock_unlock(v.lock);
+    free(v.header);
     CHECK(inside == 1);
     CHECK(after_close == 2);
 }
@@ -3738,14 +3762,14 @@ test_record_readers_see_the_committed_copy_while_a_section_is_open(void)
 static void
 test_record_repair_inside_a_section_puts_copy_0_back_and_counts_it(void)
 {
-    record_header *h = record_left_at(0);
-    CHECK(h != NULL);
-    int discarded = record_repair(h);
-    uint64_t copy0 = record_copy_value(h, 0);
-    uint32_t recoveries = atomic_load(&h->recoveries);
-    int still_open = (int)(seqlock_sequence(&h->lock) & 1u);
-    seqlock_unlock(&h->lock);
-    free(h);
+    record_view v = record_left_at(0);
+    CHECK(v.header != NULL);
+    int discarded = record_repair(&v);
+    uint64_t copy0 = record_copy_value(&v, 0);
+    uint32_t recoveries = atomic_load(&v.header->recoveries);
+    int still_open = (int)(seqlock_sequence(v.lock) & 1u);
+    seqlock_unlock(v.lock);
+    free(v.header);
     CHECK(discarded == 1 && copy0 == 1 && recoveries == 1 && still_open);
 }
 
@@ -3754,27 +3778,45 @@ test_record_repair_after_a_section_finishes_copy_1_and_counts_nothing(void)
 {
     /* The holder closed its section (its changes stand) and died bringing
      * copy 1 up to date; or held the lock only for a reader's pass. */
-    record_header *h = record_left_at(1);
-    CHECK(h != NULL);
-    int discarded = record_repair(h);
-    uint64_t copy1 = record_copy_value(h, 1);
-    uint32_t recoveries = atomic_load(&h->recoveries);
-    seqlock_unlock(&h->lock);
-    free(h);
+    record_view v = record_left_at(1);
+    CHECK(v.header != NULL);
+    int discarded = record_repair(&v);
+    uint64_t copy1 = record_copy_value(&v, 1);
+    uint32_t recoveries = atomic_load(&v.header->recoveries);
+    seqlock_unlock(v.lock);
+    free(v.header);
     CHECK(discarded == 0 && copy1 == 2 && recoveries == 0);
 }
 
 static void
 test_record_abort_puts_copy_0_back_from_copy_1(void)
 {
-    record_header *h = record_left_at(0);
-    CHECK(h != NULL);
-    record_abort(h);
-    seqlock_close_section(&h->lock);
-    uint64_t seen = record_reader_sees(h);
-    seqlock_unlock(&h->lock);
-    free(h);
+    record_view v = record_left_at(0);
+    CHECK(v.header != NULL);
+    record_abort(&v);
+    seqlock_close_section(v.lock);
+    uint64_t seen = record_reader_sees(&v);
+    seqlock_unlock(v.lock);
+    free(v.header);
     CHECK(seen == 1);
+}
+
+static void
+test_a_record_view_never_reads_its_geometry_from_the_header(void)
+{
+    /* Another process may rewrite the header at any moment: the sizes it
+     * holds once the view is made change nothing the view reaches. */
+    record_view v = record_left_at(1);
+    CHECK(v.header != NULL);
+    seqlock_word_t *copy1 = record_copy(&v, 1);
+    v.header->data_bytes = 0x7fffff00u;
+    v.header->layout_bytes = 0x7fffff00u;
+    record_finish(&v); /* copies v.words words, as the view says */
+    uint64_t seen = record_reader_sees(&v);
+    int same_copy = record_copy(&v, 1) == copy1;
+    seqlock_unlock(v.lock);
+    free(v.header);
+    CHECK(seen == 2 && same_copy && v.words == 1);
 }
 
 /* ==== runner ==== */
@@ -3914,6 +3956,7 @@ static const struct test tests[] = {
          FORKS_OR_SIGNALS),
     TEST(test_a_holder_gone_in_its_gap_is_taken_over_after_the_gap_timeout,
          PLAIN),
+    TEST(test_a_gap_that_leaves_the_count_odd_is_taken_over_for_repair, PLAIN),
     TEST(test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone,
          PLAIN),
     TEST(test_record_readers_see_the_committed_copy_while_a_section_is_open,
@@ -3923,6 +3966,7 @@ static const struct test tests[] = {
     TEST(test_record_repair_after_a_section_finishes_copy_1_and_counts_nothing,
          PLAIN),
     TEST(test_record_abort_puts_copy_0_back_from_copy_1, PLAIN),
+    TEST(test_a_record_view_never_reads_its_geometry_from_the_header, PLAIN),
     TEST(test_waiter_with_the_holders_id_killed_asleep_leaves_the_lock_alive,
          FORKS_OR_SIGNALS),
     TEST(test_pid_1_of_another_namespace_does_not_take_pid_1s_lock,
