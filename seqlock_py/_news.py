@@ -6,7 +6,10 @@ futex) with the GIL released; an event loop cannot, so each awaited wait
 sleeps in a thread of its own, and cancelling the await cancels that
 thread's wait (it returns at once).  A dedicated thread rather than the
 loop's default executor: waits that may last for ever must not take the
-few threads other ``run_in_executor`` calls need.
+few threads other ``run_in_executor`` calls need.  Not a daemon thread:
+an isolated subinterpreter refuses those; instead, every wait still
+pending when the interpreter shuts down is cancelled before threads are
+joined, so none can hold the shutdown up.
 """
 
 from __future__ import annotations
@@ -62,6 +65,43 @@ def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[A
         yield seq, values
 
 
+# The waits whose threads run now, cancelled at shutdown (before the
+# interpreter joins its threads: threading._register_atexit, which
+# concurrent.futures uses for the same purpose).
+_running: set[Any] = set()
+_running_lock = threading.Lock()
+_cancel_at_exit_registered = False
+
+
+def _cancel_running_waits() -> None:
+    with _running_lock:
+        waiters = list(_running)
+    for waiter in waiters:
+        waiter.cancel()
+
+
+def _start_wait_thread(waiter: Any, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
+    global _cancel_at_exit_registered
+    with _running_lock:
+        if not _cancel_at_exit_registered:
+            register_atexit = getattr(threading, "_register_atexit")
+            register_atexit(_cancel_running_waits)
+            _cancel_at_exit_registered = True
+        _running.add(waiter)
+    thread = threading.Thread(
+        target=_wait_in_thread,
+        args=(waiter, loop, answer),
+        name="seqlock_py wait_async",
+        daemon=False,
+    )
+    try:
+        thread.start()
+    except BaseException:
+        with _running_lock:
+            _running.discard(waiter)
+        raise
+
+
 async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
     """owner.wait(seq, timeout) in a thread, awaited."""
     if owner.wait(seq, 0):
@@ -71,13 +111,7 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
     waiter = owner._waiter(seq, timeout)
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
-    thread = threading.Thread(
-        target=_wait_in_thread,
-        args=(waiter, loop, answer),
-        name="seqlock_py wait_async",
-        daemon=True,
-    )
-    thread.start()
+    _start_wait_thread(waiter, loop, answer)
     try:
         return await answer
     finally:
@@ -91,6 +125,9 @@ def _wait_in_thread(waiter: Any, loop: asyncio.AbstractEventLoop, answer: asynci
         outcome: tuple[str, Any] = ("set_exception", exc)
     else:
         outcome = ("set_result", result)
+    finally:
+        with _running_lock:
+            _running.discard(waiter)
     try:
         loop.call_soon_threadsafe(_settle, answer, outcome)
     except RuntimeError:
