@@ -60,8 +60,9 @@ threads = [
 ]
 for t in threads:
     t.start()
+give_up = deadline + 5
 for t in threads:
-    t.join(seconds + 5)
+    t.join(max(0.0, give_up - time.monotonic()))
 summary = (f"t1 reads={counts['t1'][0]} errors={counts['t1'][2]} "
            f"t2 reads={counts['t2'][0]} errors={counts['t2'][2]} "
            f"fallbacks={l1.read_fallbacks + l2.read_fallbacks}")
