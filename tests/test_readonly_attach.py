@@ -13,7 +13,6 @@ today's main did.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 

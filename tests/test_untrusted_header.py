@@ -155,6 +155,10 @@ GEOMETRY_MUTATIONS = {
         'poke(hdr, "data_bytes", 0xFFFFFFF8); '
         'poke(hdr, "sequence", peek(hdr, "sequence") | 1)'
     ),
+    # the words attach() checked once: they must not matter afterwards
+    "magic,version,lock_abi=garbage": (
+        'poke(hdr, "magic", 0); poke(hdr, "version", 99); poke(hdr, "lock_abi", 0xDEAD)'
+    ),
     # a section nobody can finish: the next taker repairs it (copies words)
     "data_bytes+1024,section-abandoned": (
         'poke(hdr, "data_bytes", peek(hdr, "data_bytes") + 1024); '
@@ -190,6 +194,7 @@ def test_geometry_changed_after_attach_is_ignored(mutation, operation):
       read_into: ValueError "buffer too small"; the others hold.
     - data_bytes=0xfffffff8,section-open: read_into: ValueError; wait:
       holds; the others: SIGSEGV.
+    - magic,version,lock_abi=garbage: every operation holds.
     - data_bytes+1024,section-abandoned: update, write, wait: the repair
       of the abandoned section writes 216-1020 bytes past the end; read,
       read_versioned, getitem: garbage (copy 1 looked for past the end);
