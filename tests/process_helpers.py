@@ -317,3 +317,14 @@ def free_pid_number():
         if not os.path.exists(f"/proc/{n}"):
             return n
     pytest.skip("no free pid number")
+
+
+def assert_clean_exit(outcome, what):
+    """``outcome`` is run_python()'s (exit code, output): fail unless the
+    child exited 0 after printing a line that starts with "ok"."""
+    code, output = outcome
+    lines = [line.strip() for line in output.splitlines()]
+    assert code == 0 and any(line.startswith("ok") for line in lines), (
+        f"{what}: {describe_exit(code)}\n{output[-3000:]}"
+    )
+    return output

@@ -262,3 +262,116 @@ def process_die_in_write_section(name):
     w.a = 999
     w.arr[0] = -1.0
     os._exit(0)  # no __exit__, no cleanup: the lock word names a dead thread
+
+
+# ---- the record's words, for tests that play a co-tenant ----
+
+#: Byte offsets of a record's header words from the start of its buffer:
+#: the version-3 layout of src/record.h (record_header, then its seqlock_t
+#: and the glibc pthread_mutex_t beacon in it), on x86-64 Linux with glibc.
+#: Tests that scribble on a live record write these words through another
+#: mapping, or through the buffer itself, as a co-tenant with write access
+#: could.  Each entry: (offset, struct format code).
+HEADER_OFFSETS = {
+    "magic": (0, "I"),
+    "version": (4, "I"),
+    "data_bytes": (8, "I"),
+    "layout_bytes": (12, "I"),
+    "lock_abi": (16, "I"),
+    "recoveries": (20, "I"),
+    # the seqlock_t, from the second cache line
+    "sequence": (64, "Q"),
+    "wake_from": (72, "Q"),
+    "holder": (80, "Q"),       # the holder's 64-bit token
+    "starving": (88, "Q"),
+    "gaps": (96, "Q"),
+    "ready": (104, "I"),       # READY_WORD once set up; 1: "initialising"
+    "abandoned": (108, "I"),   # 1: an open section nobody can finish
+    # the beacon: a robust, process-shared glibc pthread_mutex_t (40 bytes)
+    "beacon_lock": (112, "I"),   # holder's tid | FUTEX_WAITERS | FUTEX_OWNER_DIED
+    "beacon_count": (116, "I"),
+    "beacon_owner": (120, "I"),
+    "beacon_nusers": (124, "I"),
+    "beacon_kind": (128, "I"),   # BEACON_KIND: robust | pshared
+    "beacon_spins": (132, "I"),
+    "beacon_list_prev": (136, "Q"),
+    "beacon_list_next": (144, "Q"),
+}
+
+READY_WORD = 0x59444552  # "REDY"
+INITIALISING_WORD = 1
+BEACON_KIND = 0x90  # PTHREAD_MUTEX_ROBUST_NORMAL_NP | PTHREAD_MUTEX_PSHARED_BIT
+FUTEX_WAITERS = 0x80000000
+FUTEX_OWNER_DIED = 0x40000000
+#: Where the layout text starts; the copies follow it, padded to 64.
+LAYOUT_TEXT_OFFSET = 192
+
+
+def peek(buf, word):
+    """The header word ``word`` (a HEADER_OFFSETS name) of the record at the
+    start of ``buf`` (any buffer: mmap, bytearray, memoryview)."""
+    offset, code = HEADER_OFFSETS[word]
+    return struct.unpack_from(code, buf, offset)[0]
+
+
+def poke(buf, word, value):
+    """Overwrite header word ``word`` of the record at the start of
+    ``buf`` with ``value`` (wrapped to the word's width), as a co-tenant
+    with write access to the buffer could at any moment."""
+    offset, code = HEADER_OFFSETS[word]
+    bits = 8 * struct.calcsize(code)
+    struct.pack_into(code, buf, offset, value % (1 << bits))
+
+
+def copy_offsets(buf):
+    """(copy 0, copy 1) byte offsets of the record at the start of buf, as
+    its header says now."""
+    layout_bytes, data_bytes = peek(buf, "layout_bytes"), peek(buf, "data_bytes")
+    copy0 = LAYOUT_TEXT_OFFSET + -(-layout_bytes // 64) * 64
+    return copy0, copy0 + -(-data_bytes // 8) * 8
+
+
+def shared_memory_block(size):
+    """A new SharedMemory block of ``size`` bytes (/dev/shm/<name>), closed
+    in this process: map it with map_shared_memory(name); unlink() it when
+    done (the caller owns it)."""
+    from multiprocessing import shared_memory
+
+    shm = shared_memory.SharedMemory(create=True, size=size)
+    shm.close()
+    return shm
+
+
+#: Bytes of canary on each side of a record made by record_between_canaries().
+CANARY_BYTES = 4096
+_CANARY = bytes((i * 37 + 11) % 251 for i in range(CANARY_BYTES))
+
+
+class RecordBetweenCanaries:
+    """A record in a slice of a larger anonymous shared mapping (MAP_SHARED,
+    so forked children share it), with CANARY_BYTES of a known pattern on
+    each side: its neighbours in the mapping.  ``view`` is the record's
+    extent (a memoryview slice, what create()/attach() get), ``mem`` the
+    whole mapping."""
+
+    def __init__(self, **fields):
+        import mmap
+
+        self.fields = fields
+        self.size = SeqRecord.buffer_size(**fields)
+        self.mem = mmap.mmap(-1, CANARY_BYTES + self.size + CANARY_BYTES)
+        self.mem[:CANARY_BYTES] = _CANARY
+        self.mem[CANARY_BYTES + self.size:] = _CANARY
+        self.view = memoryview(self.mem)[CANARY_BYTES:CANARY_BYTES + self.size]
+
+    def written_outside(self):
+        """'' if both canaries are intact, else which bytes around the
+        record were changed (offsets from the record's start)."""
+        mem, end = self.mem, CANARY_BYTES + self.size
+        changed = [i - CANARY_BYTES for i in range(CANARY_BYTES) if mem[i] != _CANARY[i]]
+        changed += [i - CANARY_BYTES for i in range(end, end + CANARY_BYTES)
+                    if mem[i] != _CANARY[i - end]]
+        if not changed:
+            return ""
+        return (f"{len(changed)} bytes outside the record's {self.size} were "
+                f"written (offsets {changed[0]}..{changed[-1]} from its start)")
