@@ -19,6 +19,7 @@ SOURCES = [
     "src/read_budget.c",
     "src/memory_kind.c",
     "src/news.c",
+    "src/bus_guard.c",
     "src/seqlock.c",
 ]
 DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h"]

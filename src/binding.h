@@ -115,6 +115,11 @@ typedef struct {
                               readers never wait; NULL for a SeqLock */
     int readonly;          /* a record attached to memory it may not write:
                               writes refused, waits write nothing */
+    const void *guarded;   /* a record in a file another process may
+                              truncate: readers and waiters touch
+                              [guarded, +guarded_len) in guarded_call()s;
+                              NULL if its memory needs no guard */
+    size_t guarded_len;
     PyObject *object;      /* the owner (borrowed): a thread of this
                               process holding the lock keeps it alive */
     _Atomic uint64_t held_refs; /* references taken so through this
@@ -141,6 +146,7 @@ typedef enum {
 #define BOUND_SHARED 0
 #define BOUND_PRIVATE 1
 #define BOUND_READ_ONLY 2
+#define BOUND_FILE 4
 void bound_lock_init(bound_lock *b, seqlock_t *sl, const record_view *record,
                      PyObject *owner, int memory);
 void bound_lock_fini(bound_lock *b);
@@ -340,12 +346,30 @@ PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);
 PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
                        PyObject *kwargs);
 
+/* ---- bus_guard.c ---- */
+
+/* *result = fn(arg), unless fn touches [memory, +len) where the file
+ * behind it is gone (SIGBUS): then EFAULT, fn abandoned where it was.
+ * fn must hold no lock and leave nothing half done that a jump out of it
+ * would break (readers' copies and waits).  0 or EFAULT. */
+int guarded_call(const void *memory, size_t len, int (*fn)(void *arg),
+                 void *arg, int *result);
+
+/* guarded_call() on b's guarded memory, or a plain call if it needs no
+ * guard; -1 with OSError if the memory is gone.  Needs the GIL. */
+int call_guarded(const bound_lock *b, int (*fn)(void *arg), void *arg,
+                 int *result);
+
+/* The OSError of a record whose file was truncated. */
+void set_memory_gone(void);
+
 /* ---- memory_kind.c ---- */
 
 /* The kind of a buffer's memory, for bound_lock_init(): BOUND_PRIVATE if
  * certainly private to this process (a bytearray, or /proc says so), else
  * BOUND_SHARED; with BOUND_READ_ONLY if the buffer is read-only or its
- * mapping is not writable. */
+ * mapping is not writable; with BOUND_FILE if a file backs it (another
+ * process may truncate it: readers then guard their accesses). */
 int buffer_memory_kind(const Py_buffer *view);
 
 #endif /* SEQLOCK_PY_BINDING_H */

@@ -151,6 +151,8 @@ bound_lock_init(bound_lock *b, seqlock_t *sl, const record_view *record,
     b->sl = sl;
     b->record = record;
     b->readonly = (memory & BOUND_READ_ONLY) != 0;
+    b->guarded = NULL;
+    b->guarded_len = 0;
     b->object = owner;
     atomic_init(&b->held_refs, 0);
     read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
@@ -166,6 +168,36 @@ void
 bound_lock_fini(bound_lock *b)
 {
     seqlock_untrack_private(&b->private);
+}
+
+/* ---- memory a file backs ---- */
+
+void
+set_memory_gone(void)
+{
+    PyObject *exc = PyObject_CallFunction(
+        PyExc_OSError, "is", EFAULT,
+        "the record's memory is gone: the file behind it was truncated "
+        "(by another process?)");
+    if (exc != NULL) {
+        PyErr_SetObject(PyExc_OSError, exc);
+        Py_DECREF(exc);
+    }
+}
+
+int
+call_guarded(const bound_lock *b, int (*fn)(void *arg), void *arg,
+             int *result)
+{
+    if (b->guarded == NULL) {
+        *result = fn(arg);
+        return 0;
+    }
+    if (guarded_call(b->guarded, b->guarded_len, fn, arg, result) != 0) {
+        set_memory_gone();
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- locking passes ---- */
@@ -538,18 +570,40 @@ begin_read_waiting(bound_lock *b, uint64_t *seq)
 /* ---- waiting for news ---- */
 
 typedef struct {
+    seqlock_t *sl;
+    const bound_lock *b;
     uint64_t seq;
+    int64_t timeout_ns;
     const _Atomic uint32_t *cancel;
     unsigned flags;
     uint64_t now;
 } change_wait;
 
 static int
+wait_for_change_in(void *ctx)
+{
+    change_wait *w = ctx;
+    return seqlock_wait_for_change_flags(w->sl, w->seq, w->timeout_ns,
+                                         w->cancel, w->flags, &w->now);
+}
+
+/* The core's wait, guarded if the memory needs it (a truncated file:
+ * EFAULT).  Runs detached: no exception is set here. */
+static int
 core_wait_for_change(seqlock_t *sl, int64_t timeout_ns, void *ctx)
 {
     change_wait *w = ctx;
-    return seqlock_wait_for_change_flags(sl, w->seq, timeout_ns, w->cancel,
-                                         w->flags, &w->now);
+    w->sl = sl;
+    w->timeout_ns = timeout_ns;
+    if (w->b->guarded == NULL) {
+        return wait_for_change_in(w);
+    }
+    int err;
+    if (guarded_call(w->b->guarded, w->b->guarded_len, wait_for_change_in, w,
+                     &err) != 0) {
+        return EFAULT;
+    }
+    return err;
 }
 
 /* CPython runs signal handlers only in its main thread (the process's
@@ -595,7 +649,7 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
     int writable = !b->readonly;
     unsigned flags = writable ? 0 : SEQLOCK_WAIT_READ_ONLY
                                         | SEQLOCK_WAIT_THROUGH_DEATH;
-    change_wait w = {seq, cancel, flags, 0};
+    change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};
     int64_t slice = signal_handlers_run_here() ? WAIT_SLICE_NS : -1;
     int64_t deadline = deadline_after(timeout_ns);
     int err;
@@ -638,6 +692,9 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
         return -1;
     case EOWNERDEAD: /* a SeqLock's: as its readers */
         PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
+        return -1;
+    case EFAULT:
+        set_memory_gone();
         return -1;
     default: /* -1: a signal handler raised */
         return -1;

@@ -18,10 +18,11 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The permissions of the mapping holding addr ("rw-s"), in perms[5]; 0 if
- * found, -1 if the kernel does not say. */
+/* The permissions of the mapping holding addr ("rw-s"), in perms[5], and
+ * in *file whether a file backs it (an inode other than 0); 0 if found,
+ * -1 if the kernel does not say. */
 static int
-mapping_permissions(const void *addr, char perms[5])
+mapping_permissions(const void *addr, char perms[5], int *file)
 {
 #ifdef __linux__
     FILE *maps = fopen("/proc/self/maps", "re");
@@ -36,10 +37,13 @@ mapping_permissions(const void *addr, char perms[5])
          * long line (a path) arrives in further pieces: skip those. */
         int starts_here = line_start;
         line_start = strchr(line, '\n') != NULL;
-        unsigned long start, end;
+        unsigned long start, end, offset, inode;
+        char device[32];
         if (starts_here
-            && sscanf(line, "%lx-%lx %4s", &start, &end, perms) == 3
+            && sscanf(line, "%lx-%lx %4s %lx %31s %lu", &start, &end, perms,
+                      &offset, device, &inode) == 6
             && at >= start && at < end) {
+            *file = inode != 0;
             result = 0;
             break;
         }
@@ -49,6 +53,7 @@ mapping_permissions(const void *addr, char perms[5])
 #else
     (void)addr;
     (void)perms;
+    (void)file;
     return -1;
 #endif
 }
@@ -68,11 +73,16 @@ buffer_memory_kind(const Py_buffer *view)
         return kind | BOUND_PRIVATE;
     }
     char perms[5];
-    if (mapping_permissions(view->buf, perms) < 0) {
-        return kind | BOUND_SHARED; /* unknown: never repair it */
+    int file = 0;
+    if (mapping_permissions(view->buf, perms, &file) < 0) {
+        /* unknown: never repair it, and guard it */
+        return kind | BOUND_SHARED | BOUND_FILE;
     }
     if (perms[1] != 'w') {
         kind |= BOUND_READ_ONLY;
+    }
+    if (file) {
+        kind |= BOUND_FILE;
     }
     return kind | (perms[3] == 's' ? BOUND_SHARED : BOUND_PRIVATE);
 }

@@ -68,6 +68,35 @@ state_of(PyObject *self)
  * has run out of lock-free retries, before it looks for signals again. */
 #define DETACHED_PASSES 1024
 
+/* Up to `passes` latch read passes of data bytes [offset, +n) into dst,
+ * yielding the CPU before each if `yield`; whole: one was not overlapped,
+ * with its count in seq.  Touches the record's memory: runs guarded. */
+typedef struct {
+    const record_view *rv;
+    read_budget *budget;
+    void *dst;
+    size_t offset, n;
+    int passes, yield;
+    uint64_t seq;
+} latch_read;
+
+static int
+latch_read_passes(void *arg)
+{
+    latch_read *r = arg;
+    for (int i = 0; i < r->passes; i++) {
+        if (r->yield) {
+            sched_yield();
+        }
+        if (SEQLOCK_LIKELY(record_try_read(r->rv, r->dst, r->offset, r->n,
+                                           &r->seq))) {
+            return 1;
+        }
+        read_budget_count(&r->budget->retries);
+    }
+    return 0;
+}
+
 /* Copy data bytes [offset, +n) of one consistent snapshot into dst and
  * store its sequence number in *seq: the count at the end of the section
  * that wrote it (even; while a section is open, the count before it).
@@ -76,44 +105,46 @@ state_of(PyObject *self)
  * storm that keeps overlapping its copies past max_retries makes it go
  * on with the interpreter released, yielding the CPU between passes (so
  * that writers of this process can finish, and a stop-the-world pause is
- * not held up); read_fallbacks counts those reads.  0, or -1 with what a
- * signal handler raised meanwhile. */
+ * not held up); read_fallbacks counts those reads.  0, or -1 with OSError
+ * (the file behind the record was truncated) or what a signal handler
+ * raised meanwhile. */
 static int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          uint64_t *seq)
 {
     read_budget *budget = &self->lock.budget;
-    int max_retries = read_budget_max(budget);
-    for (int failed = 0;; failed++) {
-        if (SEQLOCK_LIKELY(record_try_read(&self->rv, dst, offset, n, seq))) {
-            *seq &= ~(uint64_t)1;
-            return 0;
-        }
-        read_budget_count(&budget->retries);
-        if (failed == max_retries) {
-            break;
-        }
+    latch_read r = {&self->rv, budget, dst, offset, n,
+                    read_budget_max(budget) + 1, 0, 0};
+    int whole;
+    if (call_guarded(&self->lock, latch_read_passes, &r, &whole) < 0) {
+        return -1;
     }
-    read_budget_count(&budget->fallbacks);
-    for (;;) {
-        int whole = 0;
+    if (!whole) {
+        read_budget_count(&budget->fallbacks);
+        r.passes = DETACHED_PASSES;
+        r.yield = 1;
+    }
+    while (!whole) {
+        int gone = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (int i = 0; i < DETACHED_PASSES && !whole; i++) {
-            sched_yield();
-            whole = record_try_read(&self->rv, dst, offset, n, seq);
-            if (!whole) {
-                read_budget_count(&budget->retries);
-            }
+        if (self->lock.guarded == NULL) {
+            whole = latch_read_passes(&r);
+        }
+        else {
+            gone = guarded_call(self->lock.guarded, self->lock.guarded_len,
+                                latch_read_passes, &r, &whole) != 0;
         }
         Py_END_ALLOW_THREADS
-        if (whole) {
-            *seq &= ~(uint64_t)1;
-            return 0;
+        if (gone) {
+            set_memory_gone();
+            return -1;
         }
-        if (PyErr_CheckSignals() < 0) {
+        if (!whole && PyErr_CheckSignals() < 0) {
             return -1;
         }
     }
+    *seq = r.seq & ~(uint64_t)1;
+    return 0;
 }
 
 /* A buffer for n bytes of snapshot: the stack one if it fits. */
@@ -306,6 +337,10 @@ bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
         self->layout->data_bytes);
     bound_lock_init(&self->lock, self->rv.lock, &self->rv, (PyObject *)self,
                     memory_kind);
+    if (memory_kind & BOUND_FILE) {
+        self->lock.guarded = memory;
+        self->lock.guarded_len = layout_record_size(self->layout);
+    }
 }
 
 /* record_init()'s error as an exception. */
@@ -358,15 +393,58 @@ buffer_too_small(const record_layout *layout, Py_ssize_t len)
                  "has %zd", layout_record_size(layout), len);
 }
 
-/* 0 if the record in buf (len bytes) matches layout; else -1 with a
- * ValueError that says what differs. */
+/* What attach() found in a buffer's header, copied out of the shared
+ * memory once (under the guard, if a file backs it): the messages below
+ * quote these copies, never the memory. */
+#define QUOTED_LAYOUT_BYTES 200
+
+typedef struct {
+    const record_header *h;
+    size_t len;
+    const record_layout *layout;
+    enum record_mismatch mismatch;
+    uint32_t version, lock_abi;
+    size_t quoted; /* bytes of layout text in quote */
+    char quote[QUOTED_LAYOUT_BYTES];
+} header_check;
+
 static int
-attach_mismatch(const record_header *found, size_t len,
-                const record_layout *layout)
+check_header(void *arg)
 {
-    switch (record_matches(found, len, PyBytes_AS_STRING(layout->descriptor),
-                           (uint32_t)PyBytes_GET_SIZE(layout->descriptor),
-                           (uint32_t)layout->data_bytes)) {
+    header_check *c = arg;
+    const record_layout *layout = c->layout;
+    const volatile record_header *h = c->h;
+    c->mismatch = record_matches(
+        c->h, c->len, PyBytes_AS_STRING(layout->descriptor),
+        (uint32_t)PyBytes_GET_SIZE(layout->descriptor),
+        (uint32_t)layout->data_bytes);
+    if (c->len >= RECORD_HEADER_SIZE) {
+        c->version = h->version;
+        c->lock_abi = h->lock_abi;
+        /* The found layout text, only the part inside the buffer: its
+         * layout_bytes is the other record's, not ours, read once. */
+        size_t room = c->len - RECORD_HEADER_SIZE;
+        size_t found = h->layout_bytes;
+        size_t n = found < room ? found : room;
+        c->quoted = n < QUOTED_LAYOUT_BYTES ? n : QUOTED_LAYOUT_BYTES;
+        memcpy(c->quote, record_layout_text(c->h), c->quoted);
+    }
+    return 0;
+}
+
+/* 0 if the record in buf (len bytes) matches layout; else -1 with a
+ * ValueError that says what differs (or OSError: a file behind the
+ * buffer was truncated). */
+static int
+attach_mismatch(const bound_lock *guard, const record_header *found,
+                size_t len, const record_layout *layout)
+{
+    header_check c = {found, len, layout, RECORD_NO_MAGIC, 0, 0, 0, {0}};
+    int unused;
+    if (call_guarded(guard, check_header, &c, &unused) < 0) {
+        return -1;
+    }
+    switch (c.mismatch) {
     case RECORD_MATCHES:
         return 0;
     case RECORD_NO_MAGIC:
@@ -379,7 +457,7 @@ attach_mismatch(const record_header *found, size_t len,
                      "the buffer holds a SeqRecord of layout version %u; "
                      "this seqlock_py reads version %u only (create() the "
                      "record anew with one version throughout)",
-                     found->version, RECORD_VERSION);
+                     c.version, RECORD_VERSION);
         return -1;
     case RECORD_TOO_SMALL:
         buffer_too_small(layout, (Py_ssize_t)len);
@@ -394,18 +472,11 @@ attach_mismatch(const record_header *found, size_t len,
                      "the buffer's SeqRecord was created by a build with "
                      "another C library or word size (lock ABI %#x, this "
                      "build %#x): processes sharing a record must agree",
-                     found->lock_abi, RECORD_LOCK_ABI);
+                     c.lock_abi, RECORD_LOCK_ABI);
         return -1;
     default: {
-        /* Quote the found layout text, but only the part inside the
-         * buffer: its layout_bytes is the other record's, not ours, and
-         * read once (another process may be rewriting it). */
-        size_t room = len - RECORD_HEADER_SIZE;
-        size_t found_bytes = ((const volatile record_header *)found)
-                                 ->layout_bytes;
-        PyObject *other = PyBytes_FromStringAndSize(
-            record_layout_text(found),
-            (Py_ssize_t)(found_bytes < room ? found_bytes : room));
+        PyObject *other = PyBytes_FromStringAndSize(c.quote,
+                                                    (Py_ssize_t)c.quoted);
         if (other != NULL) {
             PyErr_Format(PyExc_ValueError,
                          "the buffer holds a record with other fields: "
@@ -466,9 +537,16 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
             goto error;
         }
     }
-    else if (attach_mismatch(self->view.buf, (size_t)self->view.len,
-                             self->layout) < 0) {
-        goto error;
+    else {
+        bound_lock guard = {.guarded = NULL};
+        if (memory_kind & BOUND_FILE) {
+            guard.guarded = self->view.buf;
+            guard.guarded_len = (size_t)self->view.len;
+        }
+        if (attach_mismatch(&guard, self->view.buf, (size_t)self->view.len,
+                            self->layout) < 0) {
+            goto error;
+        }
     }
     bind_memory(self, self->view.buf, memory_kind);
     return (PyObject *)self;
@@ -576,14 +654,47 @@ SeqRecord_dealloc(SeqRecordObject *self)
     Py_DECREF(type);
 }
 
+/* The lock's state words, read once each (guarded: the memory may be a
+ * truncated file's). */
+typedef struct {
+    const record_view *rv;
+    uint64_t sequence;
+    int locked;
+    uint32_t recoveries;
+} lock_state;
+
+static int
+read_lock_state(void *arg)
+{
+    lock_state *st = arg;
+    st->sequence = seqlock_sequence(st->rv->lock);
+    st->locked = seqlock_is_locked(st->rv->lock);
+    st->recoveries = atomic_load_explicit(&st->rv->header->recoveries,
+                                          memory_order_relaxed);
+    return 0;
+}
+
+static int
+lock_state_of(SeqRecordObject *self, lock_state *st)
+{
+    st->rv = &self->rv;
+    int unused;
+    return call_guarded(&self->lock, read_lock_state, st, &unused);
+}
+
 static PyObject *
 SeqRecord_repr(SeqRecordObject *self)
 {
+    lock_state st;
+    if (lock_state_of(self, &st) < 0) {
+        return NULL;
+    }
     return PyUnicode_FromFormat(
-        "<%s fields=%R format=%R sequence=%llu%s>", Py_TYPE(self)->tp_name,
+        "<%s fields=%R format=%R sequence=%llu%s%s>", Py_TYPE(self)->tp_name,
         self->layout->names, self->layout->format,
-        (unsigned long long)seqlock_sequence(self->rv.lock),
-        self->view.obj != NULL ? " in a buffer" : "");
+        (unsigned long long)st.sequence,
+        self->view.obj != NULL ? " in a buffer" : "",
+        self->lock.readonly ? " (read-only)" : "");
 }
 
 /* ---- readers ---- */
@@ -853,13 +964,17 @@ PyDoc_STRVAR(SeqRecord_locked_doc,
 static PyObject *
 SeqRecord_locked(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return PyBool_FromLong(seqlock_is_locked(self->rv.lock));
+    lock_state st;
+    return lock_state_of(self, &st) < 0 ? NULL : PyBool_FromLong(st.locked);
 }
 
 static PyObject *
 SeqRecord_get_sequence(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromUnsignedLongLong(seqlock_sequence(self->rv.lock));
+    lock_state st;
+    return lock_state_of(self, &st) < 0
+               ? NULL
+               : PyLong_FromUnsignedLongLong(st.sequence);
 }
 
 static PyObject *
@@ -889,8 +1004,10 @@ SeqRecord_get_readonly(SeqRecordObject *self, void *Py_UNUSED(closure))
 static PyObject *
 SeqRecord_get_recoveries(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromUnsignedLong(atomic_load_explicit(
-        &self->rv.header->recoveries, memory_order_relaxed));
+    lock_state st;
+    return lock_state_of(self, &st) < 0
+               ? NULL
+               : PyLong_FromUnsignedLong(st.recoveries);
 }
 
 static PyMethodDef SeqRecord_methods[] = {

@@ -1,0 +1,106 @@
+/*
+ * bus_guard.c - reading memory that a file backs, which another process
+ * may truncate under us.
+ *
+ * A record in a file-backed shared mapping (a SharedMemory block is a file
+ * in /dev/shm; an mmap of a file) is only as big as its file: once any
+ * process with write access truncates the file, touching the mapping past
+ * the new end raises SIGBUS, which kills the process.  A record's readers
+ * and waiters promise to survive anything another process does to the
+ * memory, so they touch it inside guarded_call(): a SIGBUS whose address
+ * lies in the guarded range jumps back out of the call, which returns
+ * EFAULT; any other SIGBUS goes to whatever handled it before (by default
+ * it still kills the process).  The JVM turns such faults in mapped
+ * buffers into exceptions the same way.  Writers are not guarded: a jump
+ * out of a write section (or out of glibc's mutex code) would leave the
+ * lock and the thread's robust list half changed; a process that may
+ * truncate a record's file is trusted as a co-writer is.
+ *
+ * The handler is installed once, when the first guarded call is made,
+ * and chains to the one it replaced.  Without SA_NODEFER or a saved mask
+ * the jump would leave SIGBUS blocked; with SA_NODEFER the handler runs
+ * with the thread's own mask, which the jump keeps, so sigsetjmp() need
+ * not save it (a system call per guarded call).  No Python here.
+ */
+#include "binding.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+
+typedef struct bus_guard {
+    sigjmp_buf env;
+    const char *lo, *hi;
+} bus_guard;
+
+/* The guard of the call this thread is in.  Initial-exec: a handler must
+ * not make glibc allocate this thread's block of a dlopen()ed module's
+ * thread-locals (a handler that interrupted malloc would deadlock). */
+static _Thread_local bus_guard *volatile current_guard
+    __attribute__((tls_model("initial-exec")));
+
+static struct sigaction replaced;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+static int installed;
+
+static void
+on_bus_error(int sig, siginfo_t *info, void *context)
+{
+    bus_guard *g = current_guard;
+    const char *at = (const char *)info->si_addr;
+    if (g != NULL && at >= g->lo && at < g->hi) {
+        current_guard = NULL;
+        siglongjmp(g->env, 1);
+    }
+    /* Not ours: as if we had never been installed. */
+    if (replaced.sa_flags & SA_SIGINFO) {
+        replaced.sa_sigaction(sig, info, context);
+        return;
+    }
+    if (replaced.sa_handler != SIG_DFL && replaced.sa_handler != SIG_IGN) {
+        replaced.sa_handler(sig);
+        return;
+    }
+    /* The default action: put it back; the faulting access runs again and
+     * ends the process as it would have without us. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    (void)sigaction(SIGBUS, &dfl, NULL);
+}
+
+static void
+install(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_bus_error;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    installed = sigaction(SIGBUS, &action, &replaced) == 0;
+}
+
+int
+guarded_call(const void *memory, size_t len, int (*fn)(void *arg),
+             void *arg, int *result)
+{
+    (void)pthread_once(&install_once, install);
+    if (!installed) {
+        *result = fn(arg);
+        return 0;
+    }
+    bus_guard guard;
+    guard.lo = (const char *)memory;
+    guard.hi = guard.lo + len;
+    bus_guard *outer = current_guard;
+    if (sigsetjmp(guard.env, 0) != 0) {
+        current_guard = outer;
+        return EFAULT;
+    }
+    current_guard = &guard;
+    *result = fn(arg);
+    current_guard = outer;
+    return 0;
+}
