@@ -85,7 +85,7 @@ class SeqRecord:
         """Lay out a new, zeroed record in a writable (shared) buffer."""
     @classmethod
     def attach(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
-        """Open a record create() laid out; ValueError if the layout differs."""
+        """Open a record create() laid out (a read-only buffer gives a read-only record); ValueError if the layout differs."""
     @classmethod
     def buffer_size(cls, **fields: str) -> int:
         """Bytes of buffer create() needs for these fields."""
@@ -101,8 +101,11 @@ class SeqRecord:
     @property
     def sequence(self) -> int:
         """Odd while a write section is open; +2 per section (also a rolled-back one)."""
+    @property
+    def readonly(self) -> bool:
+        """True if attached to memory this process may only read: update() and write() raise TypeError."""
     max_retries: int
-    """Overlapped copies a read retries lock-free before it locks writers out once."""
+    """Overlapped copies a read retries at full speed before it yields the CPU between copies (it never locks)."""
     @property
     def read_retries(self) -> int: ...
     @property

@@ -574,7 +574,13 @@ PyDoc_STRVAR(SeqRecord_attach_doc,
 "attach($type, buffer, /, **fields)\n--\n\n"
 "Open the record that SeqRecord.create() laid out in buffer.\n\n"
 "Raises ValueError if the buffer holds no record, or one whose fields\n"
-"(names, formats, order) differ from ``**fields``.");
+"(names, formats, order) differ from ``**fields``.  A read-only buffer\n"
+"(an mmap opened with ACCESS_READ or PROT_READ, a read-only memoryview)\n"
+"gives a read-only record: it reads and waits, writing no byte of the\n"
+"buffer, and its update() and write() raise TypeError.  The buffer is\n"
+"untrusted: whatever another process writes into it, this record stays\n"
+"inside it; a file behind it that is truncated makes reads and waits\n"
+"raise OSError.");
 
 static PyObject *
 SeqRecord_attach(PyTypeObject *type, PyObject *args, PyObject *kwargs)
