@@ -22,7 +22,7 @@ SOURCES = [
     "src/bus_guard.c",
     "src/seqlock.c",
 ]
-DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h"]
+DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h", "src/bus_guard.h"]
 
 
 def compiler_flags():

@@ -6,6 +6,7 @@
 #ifndef SEQLOCK_PY_BINDING_H
 #define SEQLOCK_PY_BINDING_H
 
+#include "bus_guard.h"
 #include "compat.h"
 #include "record.h"
 #include "seqlock.h"
@@ -346,14 +347,7 @@ PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);
 PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
                        PyObject *kwargs);
 
-/* ---- bus_guard.c ---- */
-
-/* *result = fn(arg), unless fn touches [memory, +len) where the file
- * behind it is gone (SIGBUS): then EFAULT, fn abandoned where it was.
- * fn must hold no lock and leave nothing half done that a jump out of it
- * would break (readers' copies and waits).  0 or EFAULT. */
-int guarded_call(const void *memory, size_t len, int (*fn)(void *arg),
-                 void *arg, int *result);
+/* ---- memory a file backs (bus_guard.h) ---- */
 
 /* guarded_call() on b's guarded memory, or a plain call if it needs no
  * guard; -1 with OSError if the memory is gone.  Needs the GIL. */

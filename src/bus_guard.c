@@ -22,8 +22,12 @@
  * with the thread's own mask, which the jump keeps, so sigsetjmp() need
  * not save it (a system call per guarded call).  No Python here.
  */
-#include "binding.h"
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* SA_ONSTACK, siginfo_t.si_addr */
+#endif
+#include "bus_guard.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
