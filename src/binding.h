@@ -6,8 +6,8 @@
 #ifndef SEQLOCK_PY_BINDING_H
 #define SEQLOCK_PY_BINDING_H
 
+#include "compat.h" /* first: Python.h sets the feature macros */
 #include "bus_guard.h"
-#include "compat.h"
 #include "record.h"
 #include "seqlock.h"
 
@@ -118,7 +118,7 @@ typedef struct {
                               writes refused, waits write nothing */
     const void *guarded;   /* a record in a file another process may
                               truncate: readers and waiters touch
-                              [guarded, +guarded_len) in guarded_call()s;
+                              [guarded, +guarded_len) inside a bus_guard;
                               NULL if its memory needs no guard */
     size_t guarded_len;
     PyObject *object;      /* the owner (borrowed): a thread of this
@@ -349,8 +349,9 @@ PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
 
 /* ---- memory a file backs (bus_guard.h) ---- */
 
-/* guarded_call() on b's guarded memory, or a plain call if it needs no
- * guard; -1 with OSError if the memory is gone.  Needs the GIL. */
+/* *result = fn(arg) inside a guard on b's guarded memory (bus_guard.h),
+ * or a plain call if it needs no guard; -1 with OSError if the file
+ * behind the memory is gone.  Needs the GIL. */
 int call_guarded(const bound_lock *b, int (*fn)(void *arg), void *arg,
                  int *result);
 

@@ -7,41 +7,30 @@
  * process with write access truncates the file, touching the mapping past
  * the new end raises SIGBUS, which kills the process.  A record's readers
  * and waiters promise to survive anything another process does to the
- * memory, so they touch it inside guarded_call(): a SIGBUS whose address
- * lies in the guarded range jumps back out of the call, which returns
- * EFAULT; any other SIGBUS goes to whatever handled it before (by default
- * it still kills the process).  The JVM turns such faults in mapped
- * buffers into exceptions the same way.  Writers are not guarded: a jump
- * out of a write section (or out of glibc's mutex code) would leave the
- * lock and the thread's robust list half changed; a process that may
- * truncate a record's file is trusted as a co-writer is.
+ * memory, so they touch it inside a guard (bus_guard.h): a SIGBUS whose
+ * address lies in the guarded range jumps back out of the guarded code,
+ * which reports EFAULT; any other SIGBUS goes to whatever handled it
+ * before (by default it still kills the process).  The JVM turns such
+ * faults in mapped buffers into exceptions the same way.  Writers are not
+ * guarded: a jump out of a write section (or out of glibc's mutex code)
+ * would leave the lock and the thread's robust list half changed; a
+ * process that may truncate a record's file is trusted as a co-writer is.
  *
- * The handler is installed once, when the first guarded call is made,
- * and chains to the one it replaced.  Without SA_NODEFER or a saved mask
- * the jump would leave SIGBUS blocked; with SA_NODEFER the handler runs
- * with the thread's own mask, which the jump keeps, so sigsetjmp() need
- * not save it (a system call per guarded call).  No Python here.
+ * The handler is installed once, when the first record in a file is
+ * opened, and chains to the one it replaced.  It runs with SA_NODEFER, so
+ * SIGBUS is not blocked in it and the jump leaves the thread's mask as it
+ * was.  No Python here.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* SA_ONSTACK, siginfo_t.si_addr */
 #endif
 #include "bus_guard.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <string.h>
 
-typedef struct bus_guard {
-    sigjmp_buf env;
-    const char *lo, *hi;
-} bus_guard;
-
-/* The guard of the call this thread is in.  Initial-exec: a handler must
- * not make glibc allocate this thread's block of a dlopen()ed module's
- * thread-locals (a handler that interrupted malloc would deadlock). */
-static _Thread_local bus_guard *volatile current_guard
+_Thread_local bus_guard *bus_guard_current
     __attribute__((tls_model("initial-exec")));
 
 static struct sigaction replaced;
@@ -51,10 +40,10 @@ static int installed;
 static void
 on_bus_error(int sig, siginfo_t *info, void *context)
 {
-    bus_guard *g = current_guard;
+    bus_guard *g = bus_guard_current;
     const char *at = (const char *)info->si_addr;
     if (g != NULL && at >= g->lo && at < g->hi) {
-        current_guard = NULL;
+        bus_guard_current = g->outer;
         siglongjmp(g->env, 1);
     }
     /* Not ours: as if we had never been installed. */
@@ -87,24 +76,8 @@ install(void)
 }
 
 int
-guarded_call(const void *memory, size_t len, int (*fn)(void *arg),
-             void *arg, int *result)
+bus_guard_install(void)
 {
     (void)pthread_once(&install_once, install);
-    if (!installed) {
-        *result = fn(arg);
-        return 0;
-    }
-    bus_guard guard;
-    guard.lo = (const char *)memory;
-    guard.hi = guard.lo + len;
-    bus_guard *outer = current_guard;
-    if (sigsetjmp(guard.env, 0) != 0) {
-        current_guard = outer;
-        return EFAULT;
-    }
-    current_guard = &guard;
-    *result = fn(arg);
-    current_guard = outer;
-    return 0;
+    return installed ? 0 : -1;
 }

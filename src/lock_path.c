@@ -193,10 +193,15 @@ call_guarded(const bound_lock *b, int (*fn)(void *arg), void *arg,
         *result = fn(arg);
         return 0;
     }
-    if (guarded_call(b->guarded, b->guarded_len, fn, arg, result) != 0) {
+    bus_guard guard;
+    bus_guard_arm(&guard, b->guarded, b->guarded_len);
+    if (bus_guard_enter(&guard) != 0) {
+        bus_guard_left(&guard);
         set_memory_gone();
         return -1;
     }
+    *result = fn(arg);
+    bus_guard_leave(&guard);
     return 0;
 }
 
@@ -231,17 +236,28 @@ give_up_locking_passes(void)
 /* A core wait: 0 when done, else an errno value (ETIMEDOUT: not yet). */
 typedef int (*core_wait)(seqlock_t *sl, int64_t timeout_ns, void *ctx);
 
+static int check_record_lock(bound_lock *b);
+static int core_lock_excl(seqlock_t *sl, int64_t timeout_ns, void *unused);
+
 /* Slices of at most slice_ns (< 0: one slice), detached, until the core
- * says something other than "not yet" (or a signal handler raises: -1). */
+ * says something other than "not yet" (or a signal handler raises: -1).
+ * The first try is made attached; before the first sleep, this thread's
+ * locking passes are given up, and a lock is not waited for if it is a
+ * record's whose words say it is not set up (it was, by create()):
+ * nothing would set it up. */
 static int
-wait_in_slices(core_wait wait, seqlock_t *sl, int64_t timeout_ns,
+wait_in_slices(core_wait wait, bound_lock *b, int64_t timeout_ns,
                int64_t slice_ns, void *ctx)
 {
+    seqlock_t *sl = b->sl;
     int err = wait(sl, 0, ctx);
     if (err != ETIMEDOUT || timeout_ns == 0) {
         return err;
     }
     give_up_locking_passes();
+    if (wait == core_lock_excl && check_record_lock(b) < 0) {
+        return -1;
+    }
     int64_t deadline = deadline_after(timeout_ns);
     for (;;) {
         int64_t slice = slice_ns;
@@ -365,8 +381,9 @@ abandon_dead_section(bound_lock *b)
 {
     PyObject *owner = b->object;
     forget_owner(b);
-    (void)seqlock_abandon(b->sl);
-    Py_DECREF(owner);
+    if (seqlock_abandon(b->sl) == 0) {
+        Py_DECREF(owner);
+    } /* else the beacon may still be on our robust list: keep the memory */
     return LOCK_FAILED;
 }
 
@@ -385,7 +402,7 @@ entered_or_timed_out(lock_status taken)
 /* 0 if the record's lock words are those of a set-up lock, else -1 with
  * RuntimeError.  A record's lock was set up by create(): a `ready` word
  * that says otherwise was rewritten, and waiting for a "first taker" to
- * set it up would wait for ever. */
+ * set it up would wait for ever.  (The core refuses a garbage one.) */
 static int
 check_record_lock(bound_lock *b)
 {
@@ -403,11 +420,8 @@ lock_write(bound_lock *b, int64_t timeout_ns)
         PyErr_SetString(PyExc_TypeError, READ_ONLY_RECORD);
         return LOCK_FAILED;
     }
-    if (check_record_lock(b) < 0) {
-        return LOCK_FAILED;
-    }
     lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b->sl, timeout_ns, WAIT_SLICE_NS, NULL),
+        wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS, NULL),
         WRITING_TWICE);
     if (status <= LOCK_TIMED_OUT) {
         return status;
@@ -502,11 +516,8 @@ abort_write(bound_lock *b)
 lock_status
 lock_excl(bound_lock *b, int64_t timeout_ns)
 {
-    if (check_record_lock(b) < 0) {
-        return LOCK_FAILED;
-    }
     lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b->sl, timeout_ns, WAIT_SLICE_NS, NULL),
+        wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS, NULL),
         READING_WHILE_WRITING);
     if (status <= LOCK_TIMED_OUT) {
         return status;
@@ -532,9 +543,11 @@ lock_excl(bound_lock *b, int64_t timeout_ns)
 void
 unlock_excl(bound_lock *b)
 {
+    PyObject *pending = PyErr_GetRaisedException(); /* copy()'s, say */
     if (release_lock(b) < 0) {
         PyErr_WriteUnraisable(b->object);
     }
+    PyErr_SetRaisedException(pending);
 }
 
 int
@@ -559,7 +572,7 @@ locking_pass_of(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
 int
 begin_read_waiting(bound_lock *b, uint64_t *seq)
 {
-    int err = wait_in_slices(core_read_begin, b->sl, -1, WAIT_SLICE_NS, seq);
+    int err = wait_in_slices(core_read_begin, b, -1, WAIT_SLICE_NS, seq);
     if (err == EOWNERDEAD) {
         PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
         return -1;
@@ -598,11 +611,14 @@ core_wait_for_change(seqlock_t *sl, int64_t timeout_ns, void *ctx)
     if (w->b->guarded == NULL) {
         return wait_for_change_in(w);
     }
-    int err;
-    if (guarded_call(w->b->guarded, w->b->guarded_len, wait_for_change_in, w,
-                     &err) != 0) {
+    bus_guard guard;
+    bus_guard_arm(&guard, w->b->guarded, w->b->guarded_len);
+    if (bus_guard_enter(&guard) != 0) {
+        bus_guard_left(&guard);
         return EFAULT;
     }
+    int err = wait_for_change_in(w);
+    bus_guard_leave(&guard);
     return err;
 }
 
@@ -660,7 +676,7 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
         if (after_failed_repair && (left < 0 || left > REPAIR_RETRY_NS)) {
             left = REPAIR_RETRY_NS;
         }
-        err = wait_in_slices(core_wait_for_change, b->sl, left, slice, &w);
+        err = wait_in_slices(core_wait_for_change, b, left, slice, &w);
         if (err == EOWNERDEAD && b->record != NULL) {
             int repaired = repair_dead_section(b);
             if (repaired < 0) {

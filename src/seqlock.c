@@ -174,11 +174,64 @@ wake_all_on(_Atomic uint32_t *word)
 }
 #endif
 
-/* ---- thread tokens ---- */
+/* ---- what each thread keeps ---- */
 
-/* _Atomic so that a signal handler that interrupts the first call on its
- * thread cannot leave two different tokens behind (one CAS from 0 wins). */
-static _Thread_local _Atomic uint64_t self_token;
+/* What this thread holds: the lock, the count its section opened at, and
+ * the beacon's owner words as its trylock left them.  In the thread's own
+ * memory, so that no rewrite of the shared words changes what the holder
+ * believes or does (seqlock_held(), closing at the right count). */
+#define NO_SECTION UINT64_MAX /* odd: never an opening count */
+
+struct held_lock {
+    const seqlock_t *lock;
+    uint64_t section;
+    uint64_t token;  /* the holder word we stored */
+    int beacon_word; /* the owner's id as glibc stored it (tid bits) */
+    int beacon_owner;
+};
+
+/* How long this thread has seen one holder of one lock in a gap: kept
+ * per thread (a thread waits for one lock at a time) across the slices in
+ * which the binding waits, and on this thread's own clock. */
+struct gap_watch {
+    const seqlock_t *lock;
+    uint64_t holder, gap;
+    int64_t since;
+};
+
+/* Everything the lock paths keep per thread, in one thread-local: each
+ * public call finds it once (one __tls_get_addr in a shared library) and
+ * hands it down. */
+enum { HELD_INLINE = 4 };
+struct lock_thread {
+    /* The thread's token: 64 random bits, drawn on its first lock.
+     * _Atomic so that a signal handler that interrupts the first call on
+     * its thread cannot leave two different tokens behind (one CAS from 0
+     * wins). */
+    _Atomic uint64_t token;
+    unsigned held_count, held_spill_cap;
+    struct held_lock held_inline[HELD_INLINE];
+    struct held_lock *held_spill; /* the rest, on the heap */
+    struct gap_watch gap;
+    struct { /* seqlock.c's fairness: since when we kept off for another */
+        const seqlock_t *lock;
+        int64_t since;
+    } held_off;
+};
+
+static _Thread_local struct lock_thread lock_thread;
+
+/* This thread's lock_thread.  Not inlined: in a shared library gcc
+ * recomputes a thread-local's address (a call into the dynamic linker) at
+ * each use rather than keep it in a register across calls; a value a call
+ * returned it keeps. */
+static __attribute__((noinline)) struct lock_thread *
+this_thread(void)
+{
+    return &lock_thread;
+}
+
+/* ---- thread tokens ---- */
 
 /* 64 random bits: the kernel's if it answers at once, else a mix of what
  * tells this thread from every other (async-signal-safe either way). */
@@ -196,7 +249,7 @@ fresh_token(void)
         static _Atomic uint64_t counter;
         uint64_t z = (uint64_t)clock_ns(CLOCK_MONOTONIC)
                      ^ ((uint64_t)getpid() << 32)
-                     ^ (uint64_t)(uintptr_t)&self_token
+                     ^ (uint64_t)(uintptr_t)&lock_thread
                      ^ (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15u);
         /* splitmix64 finaliser */
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
@@ -211,23 +264,35 @@ fresh_token(void)
 static uint64_t
 current_token(void)
 {
-    return atomic_load_explicit(&self_token, memory_order_relaxed);
+    return atomic_load_explicit(&this_thread()->token, memory_order_relaxed);
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void);
 
+static uint64_t new_token(struct lock_thread *th);
+
+/* The calling thread's token, drawn on its first call. */
+static inline uint64_t
+token_of(struct lock_thread *th)
+{
+    uint64_t t = atomic_load_explicit(&th->token, memory_order_relaxed);
+    return SEQLOCK_LIKELY(t != 0) ? t : new_token(th);
+}
+
 uint64_t
 seqlock_self(void)
 {
-    uint64_t t = current_token();
-    if (SEQLOCK_LIKELY(t != 0)) {
-        return t;
-    }
+    return token_of(this_thread());
+}
+
+static uint64_t
+new_token(struct lock_thread *th)
+{
     (void)pthread_once(&atfork_once, register_atfork);
     uint64_t expected = 0;
-    t = fresh_token();
-    if (!atomic_compare_exchange_strong(&self_token, &expected, t)) {
+    uint64_t t = fresh_token();
+    if (!atomic_compare_exchange_strong(&th->token, &expected, t)) {
         t = expected; /* a signal handler on this thread chose first */
     }
     return t;
@@ -367,23 +432,6 @@ ensure_ready(seqlock_t *sl)
 #define BEACON_KIND(sl) (&(sl)->beacon.__data.__kind)
 #endif
 
-/* What this thread holds: the lock, the count its section opened at, and
- * the beacon's owner words as its trylock left them.  In the thread's own
- * memory, so that no rewrite of the shared words changes what the holder
- * believes or does (seqlock_held(), closing at the right count). */
-#define NO_SECTION UINT64_MAX /* odd: never an opening count */
-
-struct held_lock {
-    const seqlock_t *lock;
-    uint64_t section;
-    int beacon_word; /* the owner's id as glibc stored it (tid bits) */
-    int beacon_owner;
-};
-
-enum { HELD_INLINE = 4 };
-static _Thread_local struct held_lock held_inline[HELD_INLINE];
-static _Thread_local struct held_lock *held_spill; /* the rest, on the heap */
-static _Thread_local unsigned held_count, held_spill_cap;
 static pthread_key_t held_spill_key;
 static pthread_once_t held_spill_key_once = PTHREAD_ONCE_INIT;
 
@@ -399,17 +447,18 @@ make_held_spill_key(void)
     (void)pthread_key_create(&held_spill_key, free_held_spill);
 }
 
-static struct held_lock *
-held_at(unsigned i)
+static inline struct held_lock *
+held_at(struct lock_thread *t, unsigned i)
 {
-    return i < HELD_INLINE ? &held_inline[i] : &held_spill[i - HELD_INLINE];
+    return i < HELD_INLINE ? &t->held_inline[i]
+                           : &t->held_spill[i - HELD_INLINE];
 }
 
-static struct held_lock *
-find_held(const seqlock_t *sl)
+static inline struct held_lock *
+find_held(struct lock_thread *t, const seqlock_t *sl)
 {
-    for (unsigned i = 0; i < held_count; i++) {
-        struct held_lock *h = held_at(i);
+    for (unsigned i = 0; i < t->held_count; i++) {
+        struct held_lock *h = held_at(t, i);
         if (h->lock == sl) {
             return h;
         }
@@ -419,39 +468,39 @@ find_held(const seqlock_t *sl)
 
 /* Room for one more entry: 0, ENOLCK (SEQLOCK_MAX_HELD) or ENOMEM. */
 static int
-reserve_held(void)
+reserve_held(struct lock_thread *t)
 {
-    if (held_count >= SEQLOCK_MAX_HELD) {
+    if (t->held_count >= SEQLOCK_MAX_HELD) {
         return ENOLCK;
     }
-    if (held_count < HELD_INLINE + held_spill_cap) {
+    if (SEQLOCK_LIKELY(t->held_count < HELD_INLINE + t->held_spill_cap)) {
         return 0;
     }
-    unsigned cap = held_spill_cap ? 2 * held_spill_cap : 8;
-    struct held_lock *more = realloc(held_spill, cap * sizeof *more);
+    unsigned cap = t->held_spill_cap ? 2 * t->held_spill_cap : 8;
+    struct held_lock *more = realloc(t->held_spill, cap * sizeof *more);
     if (more == NULL) {
         return ENOMEM;
     }
-    if (held_spill == NULL) {
+    if (t->held_spill == NULL) {
         (void)pthread_once(&held_spill_key_once, make_held_spill_key);
     }
-    held_spill = more;
-    held_spill_cap = cap;
+    t->held_spill = more;
+    t->held_spill_cap = cap;
     (void)pthread_setspecific(held_spill_key, more);
     return 0;
 }
 
-static void
-forget_held(struct held_lock *h)
+static inline void
+forget_held(struct lock_thread *t, struct held_lock *h)
 {
-    *h = *held_at(held_count - 1);
-    held_count--;
+    *h = *held_at(t, t->held_count - 1);
+    t->held_count--;
 }
 
 int
 seqlock_held(const seqlock_t *sl)
 {
-    const struct held_lock *h = find_held(sl);
+    const struct held_lock *h = find_held(this_thread(), sl);
     if (h == NULL) {
         return SEQLOCK_HOLDS_NOTHING;
     }
@@ -460,20 +509,27 @@ seqlock_held(const seqlock_t *sl)
 }
 
 /* The kind glibc gives a robust, process-shared mutex (the value init_beacon
- * leaves in __kind), learnt from one of our own. */
+ * leaves in __kind), learnt from one of our own the first time it is
+ * needed (threads that race to learn it learn the same). */
 #ifdef BEACON_KIND
-static int beacon_kind_value;
-static pthread_once_t beacon_kind_once = PTHREAD_ONCE_INIT;
+#define KIND_UNKNOWN (-1)
+static _Atomic int beacon_kind_value = KIND_UNKNOWN;
 
-static void
-learn_beacon_kind(void)
+static int
+beacon_kind(void)
 {
-    seqlock_t probe;
-    if (init_beacon(&probe) == 0) {
-        beacon_kind_value = __atomic_load_n(BEACON_KIND(&probe),
-                                            __ATOMIC_RELAXED);
-        (void)pthread_mutex_destroy(&probe.beacon);
+    int kind = atomic_load_explicit(&beacon_kind_value,
+                                    memory_order_relaxed);
+    if (SEQLOCK_UNLIKELY(kind == KIND_UNKNOWN)) {
+        seqlock_t probe;
+        if (init_beacon(&probe) == 0) {
+            kind = __atomic_load_n(BEACON_KIND(&probe), __ATOMIC_RELAXED);
+            (void)pthread_mutex_destroy(&probe.beacon);
+            atomic_store_explicit(&beacon_kind_value, kind,
+                                  memory_order_relaxed);
+        }
     }
+    return kind;
 }
 #endif
 
@@ -484,9 +540,7 @@ static int
 beacon_kind_ok(const seqlock_t *sl)
 {
 #ifdef BEACON_KIND
-    (void)pthread_once(&beacon_kind_once, learn_beacon_kind);
-    return __atomic_load_n(BEACON_KIND(sl), __ATOMIC_RELAXED)
-           == beacon_kind_value;
+    return __atomic_load_n(BEACON_KIND(sl), __ATOMIC_RELAXED) == beacon_kind();
 #else
     (void)sl;
     return 1;
@@ -516,7 +570,7 @@ restore_beacon_owner(seqlock_t *sl, const struct held_lock *h)
 {
 #ifdef BEACON_WORD
     if (!beacon_kind_ok(sl)) {
-        __atomic_store_n(BEACON_KIND(sl), beacon_kind_value, __ATOMIC_RELAXED);
+        __atomic_store_n(BEACON_KIND(sl), beacon_kind(), __ATOMIC_RELAXED);
     }
     if (__atomic_load_n(BEACON_OWNER(sl), __ATOMIC_RELAXED)
         != h->beacon_owner) {
@@ -576,34 +630,22 @@ in_a_gap(const seqlock_t *sl)
 #endif
 }
 
-/* How long this thread has seen one holder of one lock in a gap: kept
- * per thread (a thread waits for one lock at a time) across the slices in
- * which the binding waits, and on this thread's own clock. */
-struct gap_watch {
-    const seqlock_t *lock;
-    uint64_t holder, gap;
-    int64_t since;
-};
-
-static _Thread_local struct gap_watch gap_watch;
-
-static void
-gap_ended(void)
+static inline void
+gap_ended(struct lock_thread *t)
 {
-    gap_watch.lock = NULL;
+    t->gap.lock = NULL;
 }
 
 static int
-gap_expired(const seqlock_t *sl, uint64_t holder)
+gap_expired(struct lock_thread *t, const seqlock_t *sl, uint64_t holder)
 {
     int64_t now = monotonic_ns();
     uint64_t gap = atomic_load_explicit(&sl->gaps, memory_order_relaxed);
-    if (gap_watch.lock != sl || gap_watch.holder != holder
-        || gap_watch.gap != gap) {
-        gap_watch = (struct gap_watch){sl, holder, gap, now};
+    if (t->gap.lock != sl || t->gap.holder != holder || t->gap.gap != gap) {
+        t->gap = (struct gap_watch){sl, holder, gap, now};
         return 0;
     }
-    return now - gap_watch.since >= GAP_NS;
+    return now - t->gap.since >= GAP_NS;
 }
 
 /*
@@ -618,14 +660,9 @@ gap_expired(const seqlock_t *sl, uint64_t holder)
 #define STARVE_NS (1000 * 1000LL)        /* 1 ms */
 #define STARVE_GRACE_NS (5 * 1000 * 1000LL) /* 5 ms */
 
-static _Thread_local struct {
-    const seqlock_t *lock;
-    int64_t since;
-} held_off;
-
 /* Nonzero if another's starvation asks us to keep off the free word now. */
 static int
-keep_off(seqlock_t *sl, uint64_t me)
+keep_off(struct lock_thread *t, seqlock_t *sl, uint64_t me)
 {
     uint64_t starving = atomic_load_explicit(&sl->starving,
                                              memory_order_relaxed);
@@ -633,19 +670,19 @@ keep_off(seqlock_t *sl, uint64_t me)
         return 0;
     }
     int64_t now = monotonic_ns();
-    if (held_off.lock != sl) {
-        held_off.lock = sl;
-        held_off.since = now;
+    if (t->held_off.lock != sl) {
+        t->held_off.lock = sl;
+        t->held_off.since = now;
         return 1;
     }
-    if (now - held_off.since < STARVE_GRACE_NS) {
+    if (now - t->held_off.since < STARVE_GRACE_NS) {
         return 1;
     }
     /* The starving waiter did not come: forget it. */
     (void)atomic_compare_exchange_strong_explicit(
         &sl->starving, &starving, 0, memory_order_relaxed,
         memory_order_relaxed);
-    held_off.lock = NULL;
+    t->held_off.lock = NULL;
     return 0;
 }
 
@@ -655,7 +692,8 @@ keep_off(seqlock_t *sl, uint64_t me)
  * EBUSY, EINVAL (a corrupted beacon), or a pthread error, with the word
  * given back.  On 0 and EOWNERDEAD, *h has the beacon's owner words. */
 static int
-try_lock_word(seqlock_t *sl, uint64_t me, struct held_lock *held)
+try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
+              struct held_lock *held)
 {
     int err = ensure_ready(sl);
     if (err != 0) {
@@ -663,24 +701,24 @@ try_lock_word(seqlock_t *sl, uint64_t me, struct held_lock *held)
     }
     uint64_t h = atomic_load_explicit(&sl->holder, memory_order_relaxed);
     int takeover = 0, dead = 0;
-    if (h == 0 && keep_off(sl, me)) {
+    if (h == 0 && keep_off(t, sl, me)) {
         return EBUSY;
     }
-    held_off.lock = NULL;
+    t->held_off.lock = NULL;
     if (h != 0 && h != me) { /* me: a stale word (we hold no entry) */
         if (seqlock_owner_died(sl)) {
             dead = 1;
         }
         else if (!in_a_gap(sl)) {
-            gap_ended();
+            gap_ended(t);
             return EBUSY;
         }
-        else if (!gap_expired(sl, h)) {
+        else if (!gap_expired(t, sl, h)) {
             return EBUSY;
         }
         takeover = 1;
     }
-    gap_ended();
+    gap_ended(t);
     if (!beacon_kind_ok(sl)) {
         return EINVAL;
     }
@@ -758,9 +796,12 @@ static int
 take_waiters_flag(seqlock_t *sl)
 {
 #ifdef BEACON_WORD
-    return (__atomic_fetch_and(BEACON_WORD(sl), ~FUTEX_WAITERS,
-                               __ATOMIC_RELAXED)
-            & FUTEX_WAITERS) != 0;
+    /* a plain load first: with nobody asleep (the common case) no
+     * read-modify-write */
+    return (__atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED) & FUTEX_WAITERS)
+           && (__atomic_fetch_and(BEACON_WORD(sl), ~FUTEX_WAITERS,
+                                  __ATOMIC_RELAXED)
+               & FUTEX_WAITERS);
 #else
     (void)sl;
     return 0;
@@ -796,10 +837,10 @@ keep_waiters_flag(seqlock_t *sl)
  * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT, EINVAL or a pthread
  * error. */
 static int
-take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns,
-               struct held_lock *held)
+take_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
+               int64_t timeout_ns, struct held_lock *held)
 {
-    int err = try_lock_word(sl, me, held);
+    int err = try_lock_word(t, sl, me, held);
     if (err != EBUSY) {
         return err;
     }
@@ -842,7 +883,7 @@ take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns,
             }
             slept = 1;
         }
-        err = try_lock_word(sl, me, held);
+        err = try_lock_word(t, sl, me, held);
         if (err != EBUSY) {
             if (slept && (err == 0 || err == EOWNERDEAD)) {
                 keep_waiters_flag(sl);
@@ -864,22 +905,23 @@ take_lock_word(seqlock_t *sl, uint64_t me, int64_t timeout_ns,
 int
 seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
 {
-    if (find_held(sl) != NULL) {
+    struct lock_thread *t = this_thread();
+    if (find_held(t, sl) != NULL) {
         return EDEADLK;
     }
-    int err = reserve_held();
+    int err = reserve_held(t);
     if (err != 0) {
         return err;
     }
-    uint64_t me = seqlock_self();
-    struct held_lock held = {sl, NO_SECTION, 0, 0};
+    uint64_t me = token_of(t);
+    struct held_lock held = {sl, NO_SECTION, me, 0, 0};
     int saved_errno = errno;
-    err = take_lock_word(sl, me, timeout_ns, &held);
+    err = take_lock_word(t, sl, me, timeout_ns, &held);
     errno = saved_errno;
     if (err != 0 && err != EOWNERDEAD) {
         return err;
     }
-    *held_at(held_count++) = held;
+    *held_at(t, t->held_count++) = held;
     if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
         /* A taker before us could not repair this section: it is ours now,
          * as from its dead writer. */
@@ -892,7 +934,7 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
 int
 seqlock_open_section(seqlock_t *sl)
 {
-    struct held_lock *h = find_held(sl);
+    struct held_lock *h = find_held(this_thread(), sl);
     if (h == NULL) {
         return EPERM;
     }
@@ -955,7 +997,7 @@ end_section(seqlock_t *sl, uint64_t start)
 int
 seqlock_close_section(seqlock_t *sl)
 {
-    struct held_lock *h = find_held(sl);
+    struct held_lock *h = find_held(this_thread(), sl);
     if (h == NULL) {
         return EPERM;
     }
@@ -982,10 +1024,10 @@ seqlock_close_section(seqlock_t *sl)
  * waiter that took it over in the gap has it now.  Returns 0, or
  * ENOTRECOVERABLE (seqlock_unlock()). */
 static int
-release_lock_word(seqlock_t *sl, struct held_lock *h)
+release_lock_word(struct lock_thread *t, seqlock_t *sl, struct held_lock *h)
 {
     struct held_lock held = *h;
-    forget_held(h);
+    forget_held(t, h);
     restore_beacon_owner(sl, &held);
     int sleepers = take_waiters_flag(sl);
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
@@ -994,7 +1036,7 @@ release_lock_word(seqlock_t *sl, struct held_lock *h)
         restore_beacon_owner(sl, &held);
         err = pthread_mutex_unlock(&sl->beacon);
     }
-    uint64_t me = seqlock_self();
+    uint64_t me = held.token;
     (void)atomic_compare_exchange_strong_explicit(
         &sl->holder, &me, 0, memory_order_release, memory_order_relaxed);
     int starving = atomic_load_explicit(&sl->starving, memory_order_relaxed)
@@ -1009,20 +1051,22 @@ release_lock_word(seqlock_t *sl, struct held_lock *h)
 int
 seqlock_unlock(seqlock_t *sl)
 {
-    struct held_lock *h = find_held(sl);
+    struct lock_thread *t = this_thread();
+    struct held_lock *h = find_held(t, sl);
     if (h == NULL) {
         return EPERM;
     }
     if (h->section != NO_SECTION) {
         end_section(sl, h->section); /* never leave readers waiting */
     }
-    return release_lock_word(sl, h);
+    return release_lock_word(t, sl, h);
 }
 
 int
 seqlock_abandon(seqlock_t *sl)
 {
-    struct held_lock *h = find_held(sl);
+    struct lock_thread *t = this_thread();
+    struct held_lock *h = find_held(t, sl);
     if (h == NULL) {
         return EPERM;
     }
@@ -1030,7 +1074,7 @@ seqlock_abandon(seqlock_t *sl)
         return EINVAL;
     }
     atomic_store_explicit(&sl->abandoned, 1, memory_order_release);
-    int err = release_lock_word(sl, h);
+    int err = release_lock_word(t, sl, h);
     wake_all_on(low_half(&sl->seqcount.sequence)); /* readers: look again */
     return err;
 }
@@ -1304,11 +1348,12 @@ repair_in_child(seqlock_private_t *p, uint64_t me)
     if (init_beacon(sl) != 0) {
         return; /* broken */
     }
-    struct held_lock *mine = find_held(sl);
+    struct held_lock *mine = find_held(this_thread(), sl);
     if (mine != NULL) {
         /* The forking thread keeps its lock: its section goes on. */
         if (pthread_mutex_lock(&sl->beacon) == 0) {
             atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+            mine->token = me;
             note_beacon_owner(sl, mine);
         }
         return;
@@ -1348,7 +1393,7 @@ after_fork_in_parent(void)
 static void
 after_fork_in_child(void)
 {
-    atomic_store_explicit(&self_token, 0, memory_order_relaxed);
+    atomic_store_explicit(&this_thread()->token, 0, memory_order_relaxed);
     uint64_t me = seqlock_self();
     for (seqlock_private_t *p = private_locks.next; p != &private_locks;
          p = p->next) {

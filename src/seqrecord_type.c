@@ -70,7 +70,7 @@ state_of(PyObject *self)
 
 /* Up to `passes` latch read passes of data bytes [offset, +n) into dst,
  * yielding the CPU before each if `yield`; whole: one was not overlapped,
- * with its count in seq.  Touches the record's memory: runs guarded. */
+ * with its count in seq. */
 typedef struct {
     const record_view *rv;
     read_budget *budget;
@@ -81,9 +81,8 @@ typedef struct {
 } latch_read;
 
 static int
-latch_read_passes(void *arg)
+latch_read_passes(latch_read *r)
 {
-    latch_read *r = arg;
     for (int i = 0; i < r->passes; i++) {
         if (r->yield) {
             sched_yield();
@@ -93,6 +92,54 @@ latch_read_passes(void *arg)
             return 1;
         }
         read_budget_count(&r->budget->retries);
+    }
+    return 0;
+}
+
+/* latch_read_passes() inside a guard if the record's memory needs one:
+ * 1 or 0 as it returns, or -1 if the file behind the memory is gone. */
+static int
+guarded_latch_read(const bound_lock *b, latch_read *r)
+{
+    if (b->guarded == NULL) {
+        return latch_read_passes(r);
+    }
+    bus_guard guard;
+    bus_guard_arm(&guard, b->guarded, b->guarded_len);
+    if (bus_guard_enter(&guard) != 0) {
+        bus_guard_left(&guard);
+        return -1;
+    }
+    int whole = latch_read_passes(r);
+    bus_guard_leave(&guard);
+    return whole;
+}
+
+/* snapshot()'s slow path: max_retries more passes at full speed, then on
+ * with the interpreter released, yielding between passes. */
+static Py_NO_INLINE int
+snapshot_retrying(SeqRecordObject *self, latch_read *r)
+{
+    read_budget *budget = &self->lock.budget;
+    read_budget_count(&budget->retries); /* the first pass */
+    r->passes = read_budget_max(budget);
+    int whole = guarded_latch_read(&self->lock, r);
+    if (whole == 0) {
+        read_budget_count(&budget->fallbacks);
+        r->passes = DETACHED_PASSES;
+        r->yield = 1;
+        do {
+            Py_BEGIN_ALLOW_THREADS
+            whole = guarded_latch_read(&self->lock, r);
+            Py_END_ALLOW_THREADS
+        } while (whole == 0 && PyErr_CheckSignals() == 0);
+        if (whole == 0) {
+            return -1; /* a signal handler raised */
+        }
+    }
+    if (whole < 0) {
+        set_memory_gone();
+        return -1;
     }
     return 0;
 }
@@ -108,42 +155,35 @@ latch_read_passes(void *arg)
  * not held up); read_fallbacks counts those reads.  0, or -1 with OSError
  * (the file behind the record was truncated) or what a signal handler
  * raised meanwhile. */
-static int
+static inline int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          uint64_t *seq)
 {
-    read_budget *budget = &self->lock.budget;
-    latch_read r = {&self->rv, budget, dst, offset, n,
-                    read_budget_max(budget) + 1, 0, 0};
+    const bound_lock *b = &self->lock;
+    bus_guard guard;
     int whole;
-    if (call_guarded(&self->lock, latch_read_passes, &r, &whole) < 0) {
-        return -1;
+    if (b->guarded == NULL) {
+        whole = record_try_read(&self->rv, dst, offset, n, seq);
     }
-    if (!whole) {
-        read_budget_count(&budget->fallbacks);
-        r.passes = DETACHED_PASSES;
-        r.yield = 1;
-    }
-    while (!whole) {
-        int gone = 0;
-        Py_BEGIN_ALLOW_THREADS
-        if (self->lock.guarded == NULL) {
-            whole = latch_read_passes(&r);
-        }
-        else {
-            gone = guarded_call(self->lock.guarded, self->lock.guarded_len,
-                                latch_read_passes, &r, &whole) != 0;
-        }
-        Py_END_ALLOW_THREADS
-        if (gone) {
+    else {
+        bus_guard_arm(&guard, b->guarded, b->guarded_len);
+        if (bus_guard_enter(&guard) != 0) {
+            bus_guard_left(&guard);
             set_memory_gone();
             return -1;
         }
-        if (!whole && PyErr_CheckSignals() < 0) {
+        whole = record_try_read(&self->rv, dst, offset, n, seq);
+        bus_guard_leave(&guard);
+    }
+    if (SEQLOCK_UNLIKELY(!whole)) {
+        latch_read r = {&self->rv, &self->lock.budget, dst, offset, n, 0, 0,
+                        0};
+        if (snapshot_retrying(self, &r) < 0) {
             return -1;
         }
+        *seq = r.seq;
     }
-    *seq = r.seq & ~(uint64_t)1;
+    *seq &= ~(uint64_t)1;
     return 0;
 }
 
@@ -337,7 +377,7 @@ bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
         self->layout->data_bytes);
     bound_lock_init(&self->lock, self->rv.lock, &self->rv, (PyObject *)self,
                     memory_kind);
-    if (memory_kind & BOUND_FILE) {
+    if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
         self->lock.guarded = memory;
         self->lock.guarded_len = layout_record_size(self->layout);
     }
@@ -539,7 +579,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     }
     else {
         bound_lock guard = {.guarded = NULL};
-        if (memory_kind & BOUND_FILE) {
+        if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
             guard.guarded = self->view.buf;
             guard.guarded_len = (size_t)self->view.len;
         }
