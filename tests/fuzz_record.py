@@ -364,6 +364,11 @@ class _Rollback(Exception):
 def _expected(kind, exc):
     if kind == "attach" and isinstance(exc, ValueError):
         return True
+    if kind == "teardown" and isinstance(exc, BufferError):
+        # The record still exports the buffer: it keeps itself alive while
+        # its lock word looks held by this thread (an unlock a co-tenant
+        # made fail), so glibc never links into unmapped memory.  Counted.
+        return True
     return isinstance(exc, (RuntimeError, TimeoutError, OSError))
 
 
@@ -472,7 +477,7 @@ class Child:
 
         # A wait_async() thread whose wait has not ended yet still holds
         # the record: it must let go within its timeout.
-        give_up = time.monotonic() + self.timeout + self.slack
+        give_up = time.monotonic() + self.timeout + self.slack / 2
         while True:
             gc.collect()
             try:
@@ -620,7 +625,7 @@ class Child:
         # The report first: a crash in teardown still leaves the counts.
         if teardown:
             self._write_report()
-            self.call("teardown", 0.0, self.teardown)
+            self.call("teardown", self.timeout, self.teardown)
             if self.role == "writer":
                 # A lock word left on this thread's robust list in unmapped
                 # memory crashes the next, unrelated lock (issue 17, 4).

@@ -105,7 +105,7 @@ COLD = [w for w in fr.WORDS if w not in HOT]
 
 @st.composite
 def word_write(draw, fields):
-    when = draw(st.sampled_from(["after", "before", "during"]))
+    when = draw(st.sampled_from(["after", "during", "after", "before", "during", "after"]))
     pick = draw(st.integers(0, 9))
     if pick < 7:
         name = draw(st.sampled_from(HOT))
@@ -129,6 +129,42 @@ def word_write(draw, fields):
     return w
 
 
+#: States no single write makes: a section whose writer looks dead, a lock
+#: word held by nobody alive, a lock still "initialising", an open or an
+#: abandoned section.  A case starts from one of them a third of the time.
+PRESETS = {
+    "dead_section": lambda: st.tuples(
+        st.just(("sequence", ["or", 1])),
+        st.tuples(st.just("holder"), st.integers(1, U64)),
+        st.tuples(st.just("beacon.lock"), st.one_of(
+            st.sampled_from([D, D | W, D | 1]), _tid().map(lambda t: [t[0], t[1], D])))),
+    "ghost_holder": lambda: st.tuples(
+        st.tuples(st.just("holder"), st.integers(1, U64)),
+        st.tuples(st.just("beacon.lock"), st.one_of(_tid(), st.integers(1, 2**30 - 1)))),
+    "initialising": lambda: st.tuples(st.just(("ready", 1))),
+    "open_section": lambda: st.tuples(st.just(("sequence", ["or", 1]))),
+    "abandoned_section": lambda: st.tuples(
+        st.just(("sequence", ["or", 1])), st.just(("abandoned", 1)),
+        st.tuples(st.just("holder"), st.sampled_from([0, 1]))),
+}
+
+
+@st.composite
+def preset_writes(draw):
+    name = draw(st.sampled_from(sorted(PRESETS)))
+    when = draw(st.sampled_from(["after", "during", "before"]))
+    writes = []
+    for word, value in draw(PRESETS[name]()):
+        offset, width, _ = fr.WORDS[word]
+        w = {"word": word, "offset": offset, "width": width, "when": when}
+        if when == "during":
+            w["values"] = [value]
+        else:
+            w["value"] = value
+        writes.append(w)
+    return writes
+
+
 @st.composite
 def layouts(draw):
     n = draw(st.integers(1, 3))
@@ -143,7 +179,9 @@ def layouts(draw):
 @st.composite
 def cases(draw):
     fields = draw(layouts())
-    writes = draw(st.lists(word_write(fields), min_size=1, max_size=4))
+    preset = draw(preset_writes()) if draw(st.integers(0, 2)) == 0 else []
+    writes = preset + draw(st.lists(word_write(fields), min_size=0 if preset else 1,
+                                    max_size=3 if preset else 4))
     roles = draw(st.lists(st.sampled_from(fr.ROLES), min_size=1, max_size=3))
     roles = [{"role": r, "readonly": draw(st.booleans())} if r == "reader" else {"role": r}
              for r in roles]
@@ -228,8 +266,56 @@ def finding_key(case, result):
     same call after the same writes (word and when)."""
     t = target_of(result)
     calls = sorted({str(f.get("call")) for f in fr.failed(result) if (f["role"], f["kind"]) == t})
-    words = sorted({(w["word"], w["when"]) for w in case["writes"]})
+    words = sorted({(re.sub(r"^raw:|/\d+$", "", w["word"]), w["when"]) for w in case["writes"]})
     return json.dumps([t, calls, words])
+
+
+# ---- the issue's own cases ----
+
+_F = {"n": "q", "x": "d", "flag": "?", "arr": "16d"}
+
+
+def _after(*pairs):
+    return [{"word": w, "value": v, "when": "after"} for w, v in pairs]
+
+
+#: Issue 17's reproductions as cases (saved with --issue-cases when they
+#: fail on the build at hand), beside what the fuzzer finds by itself.
+ISSUE_CASES = {
+    "defect 1: layout_bytes += 64 after attach, a writer's update() writes past the record":
+        {"fields": _F, "roles": ["writer"], "writes": _after(("layout_bytes", ["add", 64]))},
+    "defect 1: layout_bytes = 0x7fffff00 after attach, a reader-only process reads far outside":
+        {"fields": _F, "roles": ["reader"], "writes": _after(("layout_bytes", 0x7FFFFF00))},
+    "defect 1: data_bytes = 8 on a 100-double record, update() overruns its stack scratch":
+        {"fields": {"n": "q", "arr": "100d"}, "roles": ["writer"], "writes": _after(("data_bytes", 8))},
+    "defect 2: ready = 1 (initialising) after attach, write(timeout=0.2) spins for ever":
+        {"fields": _F, "roles": ["writer"], "timeout": 0.2, "writes": _after(("ready", 1))},
+    "defect 5: beacon kind 0x40 (priority protect), the first write aborts":
+        {"fields": _F, "roles": ["writer"], "writes": [
+            {"word": "beacon.kind", "value": 0x40, "when": "before"}]},
+    "defect 6: a section that looks dead but cannot be taken, wait(seq, 0.2) never returns":
+        {"fields": _F, "roles": ["waiter"], "timeout": 0.2, "writes": _after(
+            ("sequence", ["or", 1]), ("holder", 1), ("beacon.lock", fr.FUTEX_OWNER_DIED),
+            ("beacon.kind", 3))},
+}
+
+
+def save_issue_cases(corpus_out, out=sys.stdout):
+    saved = []
+    for name, case in ISSUE_CASES.items():
+        case = fr.normalise_case(json.loads(json.dumps(case)))
+        result = fr.run_case(case)
+        fs = fr.failed(result)
+        print(f"{name}: {'fails' if fs else 'passes'}", file=out)
+        if fs:
+            print(fr.describe(result), file=out)
+            path = fr.save_corpus_case(case, result, corpus_out, {
+                "interpreter": interpreter_tag(), "commit": git_commit(),
+                "by": f"hand, issue 17 {name}", "key": finding_key(case, result)})
+            if path:
+                saved.append(path)
+                print(f"    saved {path}", file=out)
+    return saved
 
 
 # ---- the run ----
@@ -374,6 +460,8 @@ def run(seconds, *, seed=None, corpus_out=None, save=True, do_shrink=True,
     commit = git_commit()
     log = (lambda msg: print(msg, file=out, flush=True)) if verbose else (lambda msg: None)
 
+    seen = set()
+
     @settings(max_examples=10**6, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
               derandomize=False)
@@ -381,6 +469,10 @@ def run(seconds, *, seed=None, corpus_out=None, save=True, do_shrink=True,
     def one(case):
         if time.monotonic() >= end:
             raise BudgetSpent
+        body = json.dumps(case, sort_keys=True)
+        if body in seen:  # Hypothesis repeats itself: play each case once
+            return
+        seen.add(body)
         result = fr.run_case(case)
         stats.add(case, result)
         fs = fr.failed(result)
@@ -434,7 +526,12 @@ def main(argv=None):
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--max-saves", type=int, default=12)
     ap.add_argument("-q", "--quiet", action="store_true", help="no line per failing case")
+    ap.add_argument("--issue-cases", action="store_true",
+                    help="play issue 17's reproductions instead, saving those that fail")
     args = ap.parse_args(argv)
+    if args.issue_cases:
+        save_issue_cases(Path(args.corpus_out or fr.CORPUS_DIR))
+        return 0
     stats, _ = run(args.seconds, seed=args.seed, corpus_out=args.corpus_out,
                    save=not args.no_save, do_shrink=not args.no_shrink,
                    max_saves=args.max_saves, verbose=not args.quiet)
