@@ -74,8 +74,11 @@ def test_corpus_case_keeps_every_promise(path: Path):
     data = fr.load_corpus_file(path)
     for _ in range(int(os.environ.get("SEQLOCK_FUZZ_REPLAYS", "1"))):
         result = fr.run_case(data["case"])
-        assert not fr.failed(result), (
-            f"found {data['found'].get('failures')}\nnow:\n{_explain(result)}")
+        if fr.failed(result):
+            found = "\n".join(f"  {f['kind']}: {f['role']} [{f['mode']}] {f['detail']}"
+                              for f in data["found"].get("failures", []))
+            pytest.fail(f"{path.name} (found on {data['found'].get('interpreter')}):\n{found}\n"
+                        f"now:\n{_explain(result)}", pytrace=False)
 
 
 @pytest.mark.skipif(not float(os.environ.get("SEQLOCK_FUZZ_SECONDS") or 0),
