@@ -109,18 +109,23 @@ int max_retries_from_object(PyObject *value);
 
 /* ---- lock_path.c: the one path by which both types lock and wait ---- */
 
+/* A record as the locking path sees it.  A SeqRecord embeds one. */
+typedef struct {
+    record_view view;    /* where it is: this process's own geometry */
+    int readonly;        /* attached to memory it may not write: writes
+                            refused, waits write nothing */
+    const void *guarded; /* in a file another process may truncate: its
+                            readers and waiters touch [guarded,
+                            +guarded_len) inside a bus_guard; NULL if its
+                            memory needs no guard */
+    size_t guarded_len;
+} bound_record;
+
 /* A seqlock as a Python object holds it.  Both types embed one. */
 typedef struct {
     seqlock_t *sl;
-    const record_view *record; /* a record kept as a latch (record.h): its
+    const bound_record *record; /* a record kept as a latch (record.h): its
                               readers never wait; NULL for a SeqLock */
-    int readonly;          /* a record attached to memory it may not write:
-                              writes refused, waits write nothing */
-    const void *guarded;   /* a record in a file another process may
-                              truncate: readers and waiters touch
-                              [guarded, +guarded_len) inside a bus_guard;
-                              NULL if its memory needs no guard */
-    size_t guarded_len;
     PyObject *object;      /* the owner (borrowed): a thread of this
                               process holding the lock keeps it alive */
     _Atomic uint64_t held_refs; /* references taken so through this
@@ -148,8 +153,8 @@ typedef enum {
 #define BOUND_PRIVATE 1
 #define BOUND_READ_ONLY 2
 #define BOUND_FILE 4
-void bound_lock_init(bound_lock *b, seqlock_t *sl, const record_view *record,
-                     PyObject *owner, int memory);
+void bound_lock_init(bound_lock *b, seqlock_t *sl,
+                     const bound_record *record, PyObject *owner, int memory);
 void bound_lock_fini(bound_lock *b);
 
 /* Open a write section within timeout_ns (-1: for ever): try, then wait
@@ -349,10 +354,10 @@ PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
 
 /* ---- memory a file backs (bus_guard.h) ---- */
 
-/* *result = fn(arg) inside a guard on b's guarded memory (bus_guard.h),
+/* *result = fn(arg) inside a guard on r's guarded memory (bus_guard.h),
  * or a plain call if it needs no guard; -1 with OSError if the file
  * behind the memory is gone.  Needs the GIL. */
-int call_guarded(const bound_lock *b, int (*fn)(void *arg), void *arg,
+int call_guarded(const bound_record *r, int (*fn)(void *arg), void *arg,
                  int *result);
 
 /* The OSError of a record whose file was truncated. */

@@ -141,23 +141,27 @@ write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns)
 static void
 repair_orphaned_record(void *record)
 {
-    (void)record_repair(record);
+    (void)record_repair(&((const bound_record *)record)->view);
+}
+
+/* 1 if b is a record's that this process may not write. */
+static int
+read_only(const bound_lock *b)
+{
+    return b->record != NULL && b->record->readonly;
 }
 
 void
-bound_lock_init(bound_lock *b, seqlock_t *sl, const record_view *record,
+bound_lock_init(bound_lock *b, seqlock_t *sl, const bound_record *record,
                 PyObject *owner, int memory)
 {
     b->sl = sl;
     b->record = record;
-    b->readonly = (memory & BOUND_READ_ONLY) != 0;
-    b->guarded = NULL;
-    b->guarded_len = 0;
     b->object = owner;
     atomic_init(&b->held_refs, 0);
     read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
     b->private.next = b->private.prev = NULL;
-    if ((memory & BOUND_PRIVATE) && !b->readonly) {
+    if ((memory & BOUND_PRIVATE) && !(memory & BOUND_READ_ONLY)) {
         seqlock_track_private(&b->private, sl,
                               record != NULL ? repair_orphaned_record : NULL,
                               (void *)record);
@@ -186,15 +190,15 @@ set_memory_gone(void)
 }
 
 int
-call_guarded(const bound_lock *b, int (*fn)(void *arg), void *arg,
+call_guarded(const bound_record *r, int (*fn)(void *arg), void *arg,
              int *result)
 {
-    if (b->guarded == NULL) {
+    if (r == NULL || r->guarded == NULL) {
         *result = fn(arg);
         return 0;
     }
     bus_guard guard;
-    bus_guard_arm(&guard, b->guarded, b->guarded_len);
+    bus_guard_arm(&guard, r->guarded, r->guarded_len);
     if (bus_guard_enter(&guard) != 0) {
         bus_guard_left(&guard);
         set_memory_gone();
@@ -416,7 +420,7 @@ check_record_lock(bound_lock *b)
 lock_status
 lock_write(bound_lock *b, int64_t timeout_ns)
 {
-    if (b->readonly) {
+    if (read_only(b)) {
         PyErr_SetString(PyExc_TypeError, READ_ONLY_RECORD);
         return LOCK_FAILED;
     }
@@ -430,7 +434,7 @@ lock_write(bound_lock *b, int64_t timeout_ns)
     if (status == LOCK_TAKEN_OVER && b->record != NULL) {
         /* Before the section opens: it switches readers to copy 1, which
          * a holder that died finishing its section left half updated. */
-        (void)record_repair(b->record);
+        (void)record_repair(&b->record->view);
     }
     (void)seqlock_open_section(b->sl);
     if (status == LOCK_TAKEN_OVER && b->record == NULL
@@ -490,11 +494,11 @@ end_write(bound_lock *b, int rollback)
         return -1;
     }
     if (b->record != NULL && rollback) {
-        record_abort(b->record);
+        record_abort(&b->record->view);
     }
     (void)seqlock_close_section(b->sl); /* even: readers to copy 0; wakes */
     if (b->record != NULL) {
-        record_finish(b->record);
+        record_finish(&b->record->view);
     }
     return release_lock(b);
 }
@@ -529,7 +533,7 @@ lock_excl(bound_lock *b, int64_t timeout_ns)
     /* The dead holder's section: a record discards and closes it; a
      * SeqLock's reader cannot use it. */
     if (b->record != NULL) {
-        if (record_repair(b->record)) {
+        if (record_repair(&b->record->view)) {
             (void)seqlock_close_section(b->sl);
         }
     }
@@ -608,11 +612,12 @@ core_wait_for_change(seqlock_t *sl, int64_t timeout_ns, void *ctx)
     change_wait *w = ctx;
     w->sl = sl;
     w->timeout_ns = timeout_ns;
-    if (w->b->guarded == NULL) {
+    const bound_record *r = w->b->record;
+    if (r == NULL || r->guarded == NULL) {
         return wait_for_change_in(w);
     }
     bus_guard guard;
-    bus_guard_arm(&guard, w->b->guarded, w->b->guarded_len);
+    bus_guard_arm(&guard, r->guarded, r->guarded_len);
     if (bus_guard_enter(&guard) != 0) {
         bus_guard_left(&guard);
         return EFAULT;
@@ -662,7 +667,7 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
      * died is repaired when the lock is free, else waited through for a
      * while before the next try.  One that may not write the record only
      * waits through it. */
-    int writable = !b->readonly;
+    int writable = !read_only(b);
     unsigned flags = writable ? 0 : SEQLOCK_WAIT_READ_ONLY
                                         | SEQLOCK_WAIT_THROUGH_DEATH;
     change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};

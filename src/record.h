@@ -54,8 +54,9 @@
 #include <assert.h>
 
 #define RECORD_MAGIC 0x52514553u /* "SEQR" little-endian */
-/* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch */
-#define RECORD_VERSION 3u
+/* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch;
+ * 4: the lock records its holder's PID namespace */
+#define RECORD_VERSION 4u
 #define RECORD_ALIGN 64u
 
 /* Which lock layout the creator compiled in: processes sharing a record

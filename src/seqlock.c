@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -330,6 +331,8 @@ seqlock_init(seqlock_t *sl)
     atomic_init(&sl->starving, 0);
     atomic_init(&sl->gaps, 0);
     atomic_init(&sl->abandoned, 0);
+    atomic_init(&sl->owner_token, 0);
+    atomic_init(&sl->owner_pid_ns, 0);
     int err = init_beacon(sl);
     atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
     return err;
@@ -398,16 +401,25 @@ ensure_ready(seqlock_t *sl)
  * beacon and giving the word back (its gaps), leaves the word held and the
  * beacon free and unmarked.  A waiter that sees that state, for the same
  * holder in the same gap (each holder counts `gaps` up as it enters one),
- * for GAP_NS takes the word over.  Not sooner: the holder may be alive,
- * preempted, with the beacon as its robust list's pending operation (in
- * its first gap it is about to try the beacon; in its second, glibc's
- * unlock names it pending until it returns), and the kernel marks a
- * pending mutex dead if its word holds the dying thread's id, which a
- * taker in another PID namespace can share: a live holder's beacon would
- * be taken over (test_hostile.py's same-id writers did that within
- * seconds with a 1 ms timeout).  GAP_NS outlasts a preemption.  Neither
- * gap makes a system call (release_lock_word()), and a kill lands as a
- * process leaves the kernel, so it seldom finds a holder in a gap.
+ * for long enough takes the word over.  That is safe against the holder
+ * even if it is alive, only preempted: a section is entered only with the
+ * beacon held (a holder in its first gap that finds the beacon taken backs
+ * off), and a holder in its second gap has closed its section.  It is not
+ * always safe against the kernel: such a holder has the beacon as its
+ * robust list's pending operation (in its first gap it is about to try
+ * the beacon; in its second, glibc's unlock names it pending until it
+ * returns), and if it is killed there, the kernel marks the beacon dead if
+ * its word holds the dying thread's id, which is the taker's: two threads
+ * share an id only in different PID namespaces.  So a holder that wrote,
+ * just after winning the word, that it lives in the waiter's own PID
+ * namespace (owner_token, owner_pid_ns) is taken over after
+ * GAP_SAME_NAMESPACE_NS; any other only after GAP_NS, which outlasts a
+ * preemption (test_hostile.py's same-id writers in other namespaces had a
+ * live holder's beacon taken within seconds with 1 ms for everyone).  A
+ * holder that dies before it wrote that costs GAP_NS: a few instructions.
+ * Neither gap makes a system call (release_lock_word()), but gaps hold
+ * atomic instructions on a contended cache line: 4-12 % of SIGKILLs of a
+ * flat-out writer landed in one (benchmarks/bench_takeover.py).
  *
  * The lock's words are shared with every process that maps the lock, and
  * any of them may rewrite them.  So what the caller holds is kept in the
@@ -422,7 +434,79 @@ ensure_ready(seqlock_t *sl)
  * Boost.Interprocess trust theirs); readers are not in that circle.
  */
 
-#define GAP_NS (100 * 1000 * 1000LL) /* 100 ms */
+#define GAP_NS (100 * 1000 * 1000LL)              /* 100 ms */
+#define GAP_SAME_NAMESPACE_NS (1000 * 1000LL)      /* 1 ms */
+
+/* The inode of this process's PID namespace, as /proc says it, once /proc
+ * is known to be this namespace's (its "self" is our pid): NS_UNKNOWN
+ * until first asked (and again in a fork's child, which unshare() may
+ * have put in another), NS_UNAVAILABLE if /proc cannot tell. */
+#define NS_UNKNOWN 0
+#define NS_UNAVAILABLE 1
+static _Atomic uint64_t my_pid_ns = NS_UNKNOWN;
+
+static uint64_t
+pid_namespace(void)
+{
+    uint64_t ns = atomic_load_explicit(&my_pid_ns, memory_order_relaxed);
+    if (SEQLOCK_LIKELY(ns != NS_UNKNOWN)) {
+        return ns;
+    }
+    ns = NS_UNAVAILABLE;
+#ifdef __linux__
+    char self[32];
+    ssize_t n = readlink("/proc/self", self, sizeof self - 1);
+    struct stat st;
+    if (n > 0) {
+        self[n] = '\0';
+        if (strtol(self, NULL, 10) == (long)getpid()
+            && stat("/proc/self/ns/pid", &st) == 0 && st.st_ino > 1) {
+            ns = (uint64_t)st.st_ino;
+        }
+    }
+#endif
+    atomic_store_explicit(&my_pid_ns, ns, memory_order_relaxed);
+    return ns;
+}
+
+/* Just after winning the word: say who holds it (seqlock_t.owner_*).  The
+ * token is written last, after a 0 and a release fence, so a reader that
+ * sees the same token before and after reading the namespace (with an
+ * acquire fence between) read this holder's.  A thread that takes the
+ * lock again finds its own record there and writes nothing. */
+static void
+publish_owner(seqlock_t *sl, uint64_t me)
+{
+    uint64_t ns = pid_namespace();
+    if (atomic_load_explicit(&sl->owner_token, memory_order_relaxed) == me
+        && atomic_load_explicit(&sl->owner_pid_ns, memory_order_relaxed)
+               == ns) {
+        return;
+    }
+    atomic_store_explicit(&sl->owner_token, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&sl->owner_pid_ns, ns, memory_order_relaxed);
+    atomic_store_explicit(&sl->owner_token, me, memory_order_release);
+}
+
+/* 1 if the holder whose token is h said it lives in our PID namespace. */
+static int
+holder_shares_our_namespace(const seqlock_t *sl, uint64_t h)
+{
+    uint64_t ns = pid_namespace();
+    if (ns == NS_UNAVAILABLE) {
+        return 0;
+    }
+    uint64_t token = atomic_load_explicit(&sl->owner_token,
+                                          memory_order_acquire);
+    uint64_t theirs = atomic_load_explicit(&sl->owner_pid_ns,
+                                           memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    return token == h && token != 0
+           && atomic_load_explicit(&sl->owner_token, memory_order_relaxed)
+                  == token
+           && theirs == ns;
+}
 
 /* The beacon's words as glibc keeps them: the first int is a robust futex
  * (the kernel's robust-futex ABI fixes the meaning of its bits). */
@@ -645,7 +729,10 @@ gap_expired(struct lock_thread *t, const seqlock_t *sl, uint64_t holder)
         t->gap = (struct gap_watch){sl, holder, gap, now};
         return 0;
     }
-    return now - t->gap.since >= GAP_NS;
+    int64_t seen = now - t->gap.since;
+    return seen >= GAP_NS
+           || (seen >= GAP_SAME_NAMESPACE_NS
+               && holder_shares_our_namespace(sl, holder));
 }
 
 /*
@@ -726,6 +813,7 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
     }
+    publish_owner(sl, me);
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     err = pthread_mutex_trylock(&sl->beacon);
     if (err == 0 || err == EOWNERDEAD) {
@@ -1353,6 +1441,7 @@ repair_in_child(seqlock_private_t *p, uint64_t me)
         /* The forking thread keeps its lock: its section goes on. */
         if (pthread_mutex_lock(&sl->beacon) == 0) {
             atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+            publish_owner(sl, me);
             mine->token = me;
             note_beacon_owner(sl, mine);
         }
@@ -1393,6 +1482,7 @@ after_fork_in_parent(void)
 static void
 after_fork_in_child(void)
 {
+    atomic_store_explicit(&my_pid_ns, NS_UNKNOWN, memory_order_relaxed);
     atomic_store_explicit(&this_thread()->token, 0, memory_order_relaxed);
     uint64_t me = seqlock_self();
     for (seqlock_private_t *p = private_locks.next; p != &private_locks;

@@ -122,6 +122,12 @@ typedef struct seqlock {
     _Atomic uint32_t ready;     /* SEQLOCK_READY once the beacon is set up */
     _Atomic uint32_t abandoned; /* an open section nobody can finish */
     pthread_mutex_t beacon;     /* robust, process-shared: the holder's */
+    /* Where the lock word's holder lives, written by it just after winning
+     * the word: its token (last; 0 while being written) and its PID
+     * namespace, so that a waiter that finds it in a gap knows whether a
+     * takeover is safe at once (seqlock.c, "gaps"). */
+    _Atomic uint64_t owner_token;
+    _Atomic uint64_t owner_pid_ns;
 } seqlock_t;
 
 /* A static initialiser for a process-private lock: the beacon is set up by

@@ -22,9 +22,10 @@
 
 typedef struct {
     PyObject_HEAD
-    bound_lock lock;         /* the one locking path's view of rv.lock */
-    record_view rv;          /* where the record is: this process's own
-                                geometry, never re-read from the header */
+    bound_lock lock;         /* the one locking path's view of rec */
+    bound_record rec;        /* where the record is (this process's own
+                                geometry, never re-read from the header),
+                                whether it may write it, what to guard */
     record_layout *layout;
     void *memory;    /* a record's own memory (SeqRecord()), else NULL */
     Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
@@ -99,7 +100,7 @@ latch_read_passes(latch_read *r)
 /* latch_read_passes() inside a guard if the record's memory needs one:
  * 1 or 0 as it returns, or -1 if the file behind the memory is gone. */
 static int
-guarded_latch_read(const bound_lock *b, latch_read *r)
+guarded_latch_read(const bound_record *b, latch_read *r)
 {
     if (b->guarded == NULL) {
         return latch_read_passes(r);
@@ -123,14 +124,14 @@ snapshot_retrying(SeqRecordObject *self, latch_read *r)
     read_budget *budget = &self->lock.budget;
     read_budget_count(&budget->retries); /* the first pass */
     r->passes = read_budget_max(budget);
-    int whole = guarded_latch_read(&self->lock, r);
+    int whole = guarded_latch_read(&self->rec, r);
     if (whole == 0) {
         read_budget_count(&budget->fallbacks);
         r->passes = DETACHED_PASSES;
         r->yield = 1;
         do {
             Py_BEGIN_ALLOW_THREADS
-            whole = guarded_latch_read(&self->lock, r);
+            whole = guarded_latch_read(&self->rec, r);
             Py_END_ALLOW_THREADS
         } while (whole == 0 && PyErr_CheckSignals() == 0);
         if (whole == 0) {
@@ -159,11 +160,11 @@ static inline int
 snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
          uint64_t *seq)
 {
-    const bound_lock *b = &self->lock;
+    const bound_record *b = &self->rec;
     bus_guard guard;
     int whole;
     if (b->guarded == NULL) {
-        whole = record_try_read(&self->rv, dst, offset, n, seq);
+        whole = record_try_read(&self->rec.view, dst, offset, n, seq);
     }
     else {
         bus_guard_arm(&guard, b->guarded, b->guarded_len);
@@ -172,11 +173,11 @@ snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
             set_memory_gone();
             return -1;
         }
-        whole = record_try_read(&self->rv, dst, offset, n, seq);
+        whole = record_try_read(&self->rec.view, dst, offset, n, seq);
         bus_guard_leave(&guard);
     }
     if (SEQLOCK_UNLIKELY(!whole)) {
-        latch_read r = {&self->rv, &self->lock.budget, dst, offset, n, 0, 0,
+        latch_read r = {&self->rec.view, &self->lock.budget, dst, offset, n, 0, 0,
                         0};
         if (snapshot_retrying(self, &r) < 0) {
             return -1;
@@ -276,7 +277,7 @@ begin_write(SeqRecordObject *self, int64_t timeout_ns)
     uint64_t dropped = atomic_load_explicit(&self->dropped_section,
                                             memory_order_relaxed);
     if (dropped != 0 && dropped == seqlock_self()
-        && seqlock_held_by_me(self->rv.lock)) {
+        && seqlock_held_by_me(self->rec.view.lock)) {
         atomic_store_explicit(&self->dropped_section, 0,
                               memory_order_relaxed);
         (void)abort_write(&self->lock);
@@ -320,13 +321,13 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
         if (check_in_section(writer) < 0) {
             goto done;
         }
-        store_values(layout, record_copy(&self->rv, 0), buf, chosen);
+        store_values(layout, record_copy(&self->rec.view, 0), buf, chosen);
     }
     else {
         if (begin_write(self, -1) < 0) {
             goto done;
         }
-        store_values(layout, record_copy(&self->rv, 0), buf, chosen);
+        store_values(layout, record_copy(&self->rec.view, 0), buf, chosen);
         if (unlock_write(&self->lock) < 0) {
             goto done;
         }
@@ -372,15 +373,18 @@ layout_record_size(const record_layout *layout)
 static void
 bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
 {
-    self->rv = record_view_of(
+    self->rec.view = record_view_of(
         memory, (size_t)PyBytes_GET_SIZE(self->layout->descriptor),
         self->layout->data_bytes);
-    bound_lock_init(&self->lock, self->rv.lock, &self->rv, (PyObject *)self,
-                    memory_kind);
+    self->rec.readonly = (memory_kind & BOUND_READ_ONLY) != 0;
+    self->rec.guarded = NULL;
+    self->rec.guarded_len = 0;
     if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
-        self->lock.guarded = memory;
-        self->lock.guarded_len = layout_record_size(self->layout);
+        self->rec.guarded = memory;
+        self->rec.guarded_len = layout_record_size(self->layout);
     }
+    bound_lock_init(&self->lock, self->rec.view.lock, &self->rec,
+                    (PyObject *)self, memory_kind);
 }
 
 /* record_init()'s error as an exception. */
@@ -476,7 +480,7 @@ check_header(void *arg)
  * ValueError that says what differs (or OSError: a file behind the
  * buffer was truncated). */
 static int
-attach_mismatch(const bound_lock *guard, const record_header *found,
+attach_mismatch(const bound_record *guard, const record_header *found,
                 size_t len, const record_layout *layout)
 {
     header_check c = {found, len, layout, RECORD_NO_MAGIC, 0, 0, 0, {0}};
@@ -578,7 +582,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
         }
     }
     else {
-        bound_lock guard = {.guarded = NULL};
+        bound_record guard = {.guarded = NULL};
         if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
             guard.guarded = self->view.buf;
             guard.guarded_len = (size_t)self->view.len;
@@ -687,12 +691,12 @@ SeqRecord_dealloc(SeqRecordObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     /* No thread of ours holds the lock: a holder keeps the record alive. */
-    if (self->rv.header != NULL) {
+    if (self->rec.view.header != NULL) {
         bound_lock_fini(&self->lock);
     }
     (void)SeqRecord_clear(self);
     if (self->memory != NULL) {
-        seqlock_destroy(self->rv.lock);
+        seqlock_destroy(self->rec.view.lock);
         PyMem_Free(self->memory);
     }
     layout_free(self->layout);
@@ -723,9 +727,9 @@ read_lock_state(void *arg)
 static int
 lock_state_of(SeqRecordObject *self, lock_state *st)
 {
-    st->rv = &self->rv;
+    st->rv = &self->rec.view;
     int unused;
-    return call_guarded(&self->lock, read_lock_state, st, &unused);
+    return call_guarded(&self->rec, read_lock_state, st, &unused);
 }
 
 static PyObject *
@@ -740,7 +744,7 @@ SeqRecord_repr(SeqRecordObject *self)
         self->layout->names, self->layout->format,
         (unsigned long long)st.sequence,
         self->view.obj != NULL ? " in a buffer" : "",
-        self->lock.readonly ? " (read-only)" : "");
+        self->rec.readonly ? " (read-only)" : "");
 }
 
 /* ---- readers ---- */
@@ -1044,7 +1048,7 @@ SeqRecord_get_nbytes(SeqRecordObject *self, void *Py_UNUSED(closure))
 static PyObject *
 SeqRecord_get_readonly(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
-    return PyBool_FromLong(self->lock.readonly);
+    return PyBool_FromLong(self->rec.readonly);
 }
 
 static PyObject *
@@ -1185,7 +1189,7 @@ check_in_section(RecordWriterObject *w)
                         "inside its with block");
         return -1;
     }
-    if (!seqlock_held_by_me(w->record->rv.lock)) {
+    if (!seqlock_held_by_me(w->record->rec.view.lock)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the write section belongs to another thread");
         return -1;
@@ -1233,7 +1237,7 @@ RecordWriter_dealloc(RecordWriterObject *self)
          * record locked for ever; on another thread than the holder's,
          * tell the holder to undo it at its next write.  (A section taken
          * over since is another writer's: leave it alone.) */
-        seqlock_t *sl = self->record->rv.lock;
+        seqlock_t *sl = self->record->rec.view.lock;
         if (seqlock_held_by_me(sl)) {
             PyObject *exc = PyErr_GetRaisedException();
             (void)close_section(self, 1);
@@ -1309,7 +1313,7 @@ RecordWriter_getattro(RecordWriterObject *self, PyObject *name)
         return (PyObject *)view;
     }
     unsigned char item[8];
-    record_load_bytes(item, record_copy(&self->record->rv, 0), f->offset,
+    record_load_bytes(item, record_copy(&self->record->rec.view, 0), f->offset,
                       f->item_size);
     return item_decode(f, item);
 }
@@ -1342,7 +1346,7 @@ RecordWriter_setattro(RecordWriterObject *self, PyObject *name,
         result = check_in_section(self);
     }
     if (result == 0) {
-        record_store_bytes(record_copy(&self->record->rv, 0), f->offset, buf,
+        record_store_bytes(record_copy(&self->record->rec.view, 0), f->offset, buf,
                            n);
     }
     scratch_free(buf, stack);
@@ -1445,7 +1449,7 @@ ArrayField_item(ArrayFieldObject *self, Py_ssize_t i)
         return NULL;
     }
     unsigned char item[8];
-    record_load_bytes(item, record_copy(&self->writer->record->rv, 0), offset,
+    record_load_bytes(item, record_copy(&self->writer->record->rec.view, 0), offset,
                       self->field->item_size);
     return item_decode(self->field, item);
 }
@@ -1465,7 +1469,7 @@ ArrayField_ass_item(ArrayFieldObject *self, Py_ssize_t i, PyObject *value)
         || check_in_section(self->writer) < 0) {
         return -1;
     }
-    record_store_bytes(record_copy(&self->writer->record->rv, 0), offset,
+    record_store_bytes(record_copy(&self->writer->record->rec.view, 0), offset,
                        item, self->field->item_size);
     return 0;
 }

@@ -88,7 +88,9 @@ WORDS = {
     "beacon.spins": (132, 4, False),
     "beacon.list_prev": (136, 8, False),
     "beacon.list_next": (144, 8, False),
-    "lock_pad": (152, 8, False),
+    "owner_token": (152, 8, False),
+    "owner_pid_ns": (160, 8, False),
+    "lock_pad": (168, 8, False),
 }
 HEADER_SIZE = 192
 RECORD_ALIGN = 64

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -3692,6 +3693,82 @@ test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone(void)
     CHECK(second == ETIMEDOUT);
 }
 
+/* A holder gone in a gap that said it lives in our PID namespace is taken
+ * over after 1 ms (two threads of one namespace never share an id, so the
+ * kernel cannot mark the taker's beacon for the holder's death); one of
+ * another namespace, or that never said, after 100 ms. */
+static void
+enter_a_gap_of_namespace(seqlock_t *sl, uint64_t token, uint64_t pid_ns)
+{
+    atomic_store(&sl->owner_token, 0);
+    atomic_store(&sl->owner_pid_ns, pid_ns);
+    atomic_store(&sl->owner_token, token);
+    enter_a_gap_as(sl, token);
+}
+
+static uint64_t
+our_pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void
+test_a_gap_holder_of_our_namespace_is_taken_over_after_1_ms(void)
+{
+    uint64_t ns = our_pid_namespace();
+    if (ns == 0) {
+        SKIP("/proc/self/ns/pid cannot be read here");
+    }
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    enter_a_gap_of_namespace(&sl, 42, ns);
+    int64_t t0 = now_ns();
+    int err = seqlock_lock_excl_timed(&sl, 50 * MS);
+    int64_t took = now_ns() - t0;
+    if (err == 0 || err == EOWNERDEAD) {
+        seqlock_unlock(&sl);
+    }
+    printf("  gap of a holder of our namespace taken over after %.1f us\n",
+           us_of(took));
+    CHECK(err == 0);
+}
+
+static void
+test_a_gap_holder_of_another_namespace_is_not_taken_over_within_50_ms(void)
+{
+    uint64_t ns = our_pid_namespace();
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    enter_a_gap_of_namespace(&sl, 42, ns + 1);
+    int other = seqlock_lock_excl_timed(&sl, 50 * MS);
+    enter_a_gap_of_namespace(&sl, 43, ns);
+    atomic_store(&sl.owner_token, 42); /* says: another holder's record */
+    int stale = seqlock_lock_excl_timed(&sl, 50 * MS);
+    if (other == 0 || stale == 0) {
+        seqlock_unlock(&sl);
+    }
+    CHECK(other == ETIMEDOUT);
+    CHECK(stale == ETIMEDOUT);
+}
+
+static void
+test_a_holder_records_its_token_and_namespace_when_it_takes_the_word(void)
+{
+    uint64_t ns = our_pid_namespace();
+    if (ns == 0) {
+        SKIP("/proc/self/ns/pid cannot be read here");
+    }
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    CHECK(seqlock_lock_excl_timed(&sl, 0) == 0);
+    uint64_t token = atomic_load(&sl.owner_token);
+    uint64_t pid_ns = atomic_load(&sl.owner_pid_ns);
+    seqlock_unlock(&sl);
+    CHECK(token == seqlock_self());
+    CHECK(pid_ns == ns);
+}
+
 /* ==== record.h: a record kept as a latch ==== */
 
 /* A record of one 8-byte field: committed value 1, then a section that
@@ -4164,6 +4241,11 @@ static const struct test tests[] = {
          PLAIN),
     TEST(test_a_gap_that_leaves_the_count_odd_is_taken_over_for_repair, PLAIN),
     TEST(test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone,
+         PLAIN),
+    TEST(test_a_gap_holder_of_our_namespace_is_taken_over_after_1_ms, PLAIN),
+    TEST(test_a_gap_holder_of_another_namespace_is_not_taken_over_within_50_ms,
+         PLAIN),
+    TEST(test_a_holder_records_its_token_and_namespace_when_it_takes_the_word,
          PLAIN),
     TEST(test_record_readers_see_the_committed_copy_while_a_section_is_open,
          PLAIN),
