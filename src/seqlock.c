@@ -469,24 +469,30 @@ pid_namespace(void)
     return ns;
 }
 
-/* Just after winning the word: say who holds it (seqlock_t.owner_*).  The
- * token is written last, after a 0 and a release fence, so a reader that
- * sees the same token before and after reading the namespace (with an
- * acquire fence between) read this holder's.  A thread that takes the
- * lock again finds its own record there and writes nothing. */
+/* Say who holds the word (seqlock_t.owner_*).  The token is written
+ * last, after a 0 and a release fence, so a reader that sees the same
+ * token before and after reading the namespace (with an acquire fence
+ * between) read this holder's. */
+static void
+write_owner(seqlock_t *sl, uint64_t token, uint64_t ns)
+{
+    atomic_store_explicit(&sl->owner_token, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&sl->owner_pid_ns, ns, memory_order_relaxed);
+    atomic_store_explicit(&sl->owner_token, token, memory_order_release);
+}
+
+/* Just after winning the word: say that we hold it.  A thread that takes
+ * the lock again finds its own record there and writes nothing. */
 static void
 publish_owner(seqlock_t *sl, uint64_t me)
 {
     uint64_t ns = pid_namespace();
-    if (atomic_load_explicit(&sl->owner_token, memory_order_relaxed) == me
-        && atomic_load_explicit(&sl->owner_pid_ns, memory_order_relaxed)
-               == ns) {
-        return;
+    if (atomic_load_explicit(&sl->owner_token, memory_order_relaxed) != me
+        || atomic_load_explicit(&sl->owner_pid_ns, memory_order_relaxed)
+               != ns) {
+        write_owner(sl, me, ns);
     }
-    atomic_store_explicit(&sl->owner_token, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&sl->owner_pid_ns, ns, memory_order_relaxed);
-    atomic_store_explicit(&sl->owner_token, me, memory_order_release);
 }
 
 /* 1 if the holder whose token is h said it lives in our PID namespace. */
@@ -809,6 +815,12 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
     if (!beacon_kind_ok(sl)) {
         return EINVAL;
     }
+    /* A takeover that fails gives the word back to the holder it took it
+     * from: the holder's record of itself goes back with it. */
+    uint64_t their_token = atomic_load_explicit(&sl->owner_token,
+                                                memory_order_relaxed);
+    uint64_t their_ns = atomic_load_explicit(&sl->owner_pid_ns,
+                                             memory_order_relaxed);
     if (!atomic_compare_exchange_strong_explicit(
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
@@ -837,6 +849,9 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
     }
     /* EBUSY: a holder we took for gone locked its beacon after all; or
      * the beacon is broken.  Give the word back. */
+    if (takeover) {
+        write_owner(sl, their_token, their_ns);
+    }
     uint64_t mine = me;
     (void)atomic_compare_exchange_strong_explicit(
         &sl->holder, &mine, takeover ? h : 0, memory_order_release,
