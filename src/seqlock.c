@@ -1034,6 +1034,23 @@ seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
     return err;
 }
 
+void
+seqlock_ask_turn(seqlock_t *sl)
+{
+    uint64_t none = 0;
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &none, seqlock_self(), memory_order_relaxed,
+        memory_order_relaxed);
+}
+
+void
+seqlock_drop_turn(seqlock_t *sl)
+{
+    uint64_t mine = seqlock_self();
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &mine, 0, memory_order_relaxed, memory_order_relaxed);
+}
+
 int
 seqlock_open_section(seqlock_t *sl)
 {

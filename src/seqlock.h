@@ -255,6 +255,18 @@ int seqlock_close_section(seqlock_t *sl);
 int seqlock_abandon(seqlock_t *sl);
 
 /**
+ * seqlock_ask_turn - ask that the lock word, next time it is free, be left
+ * to the caller: other takers keep off a free word for up to 5 ms while
+ * a turn is asked (the fairness a writer that has slept 1 ms gets).  For a
+ * reader that only ever tries the word (seqlock_lock_excl_timed(sl, 0))
+ * and must still finish in a write storm: a latch reader whose copies the
+ * storm keeps overlapping.  seqlock_drop_turn() withdraws the request
+ * (also done by taking the word); a request not withdrawn lapses.
+ */
+void seqlock_ask_turn(seqlock_t *sl);
+void seqlock_drop_turn(seqlock_t *sl);
+
+/**
  * seqlock_unlock - release the lock word the caller holds
  * Closes an open write section first (seqlock_close_section()).  The
  * lock word's release orders the caller's accesses before the next holder's.

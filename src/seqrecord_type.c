@@ -66,8 +66,10 @@ state_of(PyObject *self)
 /* ---- consistent snapshots ---- */
 
 /* Latch read passes a reader makes with the interpreter released, once it
- * has run out of lock-free retries, before it looks for signals again. */
+ * has run out of lock-free retries, before it looks for signals again;
+ * one that may take the lock word tries it after fewer. */
 #define DETACHED_PASSES 1024
+#define STORM_PASSES 4
 
 /* Up to `passes` latch read passes of data bytes [offset, +n) into dst,
  * yielding the CPU before each if `yield`; whole: one was not overlapped,
@@ -116,8 +118,33 @@ guarded_latch_read(const bound_record *b, latch_read *r)
     return whole;
 }
 
-/* snapshot()'s slow path: max_retries more passes at full speed, then on
- * with the interpreter released, yielding between passes. */
+/* One pass with writers kept out, if the lock word is free now: 1 if
+ * taken and copied (whole), 0 if not free, -1 with an exception.  Never
+ * waits for the word: a writer stopped holding it cannot delay the
+ * reader, whose lock-free passes then succeed (the count stays put). */
+static int
+latch_read_excl(SeqRecordObject *self, latch_read *r)
+{
+    lock_status taken = lock_excl(&self->lock, 0);
+    if (taken <= LOCK_TIMED_OUT) {
+        return taken;
+    }
+    r->passes = 1;
+    r->yield = 0;
+    int whole = guarded_latch_read(&self->rec, r); /* the count is even */
+    unlock_excl(&self->lock);
+    if (whole < 0) {
+        set_memory_gone();
+        return -1;
+    }
+    return whole;
+}
+
+/* snapshot()'s slow path: max_retries more passes at full speed; then, a
+ * write storm keeping every copy overlapped, passes with the interpreter
+ * released and the CPU yielded between them, and, for a record this
+ * process may write, between those a try of the lock word, writers asked
+ * to leave it free (seqlock_ask_turn()): a try, never a wait. */
 static Py_NO_INLINE int
 snapshot_retrying(SeqRecordObject *self, latch_read *r)
 {
@@ -127,19 +154,31 @@ snapshot_retrying(SeqRecordObject *self, latch_read *r)
     int whole = guarded_latch_read(&self->rec, r);
     if (whole == 0) {
         read_budget_count(&budget->fallbacks);
-        r->passes = DETACHED_PASSES;
-        r->yield = 1;
+        int writable = !self->rec.readonly;
+        if (writable) {
+            seqlock_ask_turn(self->rec.view.lock);
+        }
         do {
+            if (writable && (whole = latch_read_excl(self, r)) != 0) {
+                break;
+            }
+            r->passes = writable ? STORM_PASSES : DETACHED_PASSES;
+            r->yield = 1;
             Py_BEGIN_ALLOW_THREADS
             whole = guarded_latch_read(&self->rec, r);
             Py_END_ALLOW_THREADS
         } while (whole == 0 && PyErr_CheckSignals() == 0);
+        if (writable) {
+            seqlock_drop_turn(self->rec.view.lock);
+        }
         if (whole == 0) {
             return -1; /* a signal handler raised */
         }
     }
     if (whole < 0) {
-        set_memory_gone();
+        if (!PyErr_Occurred()) {
+            set_memory_gone();
+        }
         return -1;
     }
     return 0;
