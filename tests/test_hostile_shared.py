@@ -293,3 +293,54 @@ def test_holds_a_sigbus_outside_any_record_still_kills_the_process(tmp_path, fau
         f"{describe_exit(code)}\n{out[-1500:]}")
     if faulthandler:
         assert "Bus error" in out
+
+
+# ---------------------------------------------------------------------------
+# 3. fork() inside a write section of a record in shared memory.
+# ---------------------------------------------------------------------------
+
+def test_a_forks_child_cannot_close_or_release_its_parents_section_of_a_shared_record():
+    """The parent holds a write section of a record in a MAP_SHARED
+    mapping and forks; the child runs on through the `with` block (its
+    copy of the frames), as code that forks inside a section does, and
+    exits the section.  The section is the parent's: "a SeqRecord in
+    shared memory is not reset: its holder is a live thread of the
+    parent".  Should hold: the child's exit changes nothing shared (the
+    count stays odd, the lock stays held, readers keep the committed
+    snapshot); the child gets a clear error.
+
+    Seen (main ed372c6, 3.11 and 3.13t, every run): the child's exit
+    closes the parent's section (count 3 -> 4) and gives the parent's lock
+    word back (locked() False while the parent is still writing); readers
+    get the parent's half-written state plus the child's (10, 99, 109) as
+    committed; the parent's own close then lands on the same count 4, so
+    a waiter on 4 never hears of the parent's real commit.  The child's
+    error blames a co-tenant: "the lock's beacon was rewritten during the
+    section ... the lock is corrupted"."""
+    import mmap
+    from process_helpers import in_forked_child
+    mem = mmap.mmap(-1, SeqRecord.buffer_size(**FIELDS))  # MAP_SHARED, anonymous
+    rec = SeqRecord.create(mem, **FIELDS)
+    rec.update(a=1, b=2, total=3)
+    section = rec.write()
+    w = section.__enter__()
+    try:
+        w.a = 10
+        seq = rec.sequence
+
+        def child_leaves_the_section():
+            w.b = 99
+            w.total = 109
+            section.__exit__(None, None, None)
+            return True
+
+        code, report = in_forked_child(child_leaves_the_section)
+        seen = (rec.sequence, rec.locked(), rec.read())
+    finally:
+        w.b = 20
+        w.total = 30
+        section.__exit__(None, None, None)
+    assert seen == (seq, True, (1, 2, 3)), (
+        f"after the child left the parent's section (child: exit {code}, {report.strip()[-300:]!r}): "
+        f"sequence {seen[0]} (was {seq}), locked() {seen[1]}, read() {seen[2]} "
+        f"while the parent was still in its section")
