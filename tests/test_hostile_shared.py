@@ -344,3 +344,71 @@ def test_a_forks_child_cannot_close_or_release_its_parents_section_of_a_shared_r
         f"after the child left the parent's section (child: exit {code}, {report.strip()[-300:]!r}): "
         f"sequence {seen[0]} (was {seq}), locked() {seen[1]}, read() {seen[2]} "
         f"while the parent was still in its section")
+
+
+# ---------------------------------------------------------------------------
+# 4. One record attached twice in one process, through two mappings.
+# ---------------------------------------------------------------------------
+
+# argv: a directory, then "update" or "write".  rec1 and rec2 are the same
+# record through two mmaps of one file; a non-main thread opens a section
+# through rec1 and, inside it, writes through rec2.  Prints what happened
+# and whether rec1 still looked locked; exits 3 if the thread was still
+# running after 5 s.
+ATTACHED_TWICE = r'''
+import mmap, os, sys, threading, time
+from seqlock_py import SeqRecord
+where, how = sys.argv[1], sys.argv[2]
+F = dict(a="q", b="q")
+path = os.path.join(where, "rec")
+with open(path, "wb") as f:
+    f.truncate(SeqRecord.buffer_size(**F))
+fd = os.open(path, os.O_RDWR)
+rec1 = SeqRecord.create(mmap.mmap(fd, 0), **F)
+rec2 = SeqRecord.attach(mmap.mmap(fd, 0), **F)
+out = []
+def body():
+    with rec1.write() as w:
+        w.a = 1
+        t0 = time.monotonic()
+        try:
+            if how == "update":
+                rec2.update(b=2)
+            else:
+                with rec2.write(timeout=0.3) as w2:
+                    w2.b = 2
+            out.append(f"{how} through the second mapping went in")
+        except BaseException as exc:
+            out.append(f"{how} raised {type(exc).__name__}: {exc}")
+        out.append(f"after {time.monotonic() - t0:.3f} s; rec1.locked() {rec1.locked()} inside its section")
+t = threading.Thread(target=body, daemon=True)
+t.start()
+t.join(5)
+print("; ".join(out), flush=True)
+if t.is_alive():
+    print("hang: the thread was still in the call after 5 s", flush=True)
+    os._exit(3)
+print("ok", flush=True)
+'''
+
+
+@pytest.mark.parametrize("how", ["update", "write"])
+def test_writing_through_a_second_mapping_inside_ones_own_section_is_an_error_not_a_hang(tmp_path, how):
+    """A thread holds a write section of a record through one mapping
+    (rec1) and writes the same record through another mapping of the same
+    file (rec2: two mmaps, as two modules of one program would make).  The
+    held-lock table is keyed by address, so rec2's lock looks free to the
+    thread, and its token in the shared word looks like "a stale word (we
+    hold no entry)".  Should hold: "misuse is an error, never a hang" (as
+    rec2.wait() already says: RuntimeError "this thread holds the write
+    lock"), and the open section keeps its lock word.
+
+    Seen (main ed372c6, 3.11 and 3.13t, every run): rec2.update() never
+    returns (update() has no timeout; in a non-main thread not even
+    Ctrl-C ends it); rec2.write(timeout=0.3) raises TimeoutError after
+    0.3 s, having given the lock word of rec1's still-open section back
+    (each try compare-and-swaps the word from its own token to 0 when the
+    beacon refuses it): rec1.locked() is False inside the section."""
+    code, out = run_plain(ATTACHED_TWICE, tmp_path, how, faulthandler=True)
+    assert code == 0 and "raised RuntimeError" in out and "locked() True" in out, (
+        f"{describe_exit(code)}: {out[-1500:]}")
