@@ -412,3 +412,134 @@ def test_writing_through_a_second_mapping_inside_ones_own_section_is_an_error_no
     code, out = run_plain(ATTACHED_TWICE, tmp_path, how, faulthandler=True)
     assert code == 0 and "raised RuntimeError" in out and "locked() True" in out, (
         f"{describe_exit(code)}: {out[-1500:]}")
+
+
+# ---------------------------------------------------------------------------
+# 5. A writable record's waiter rolls a dead-looking section back: it
+#    becomes a writer, and trusts the beacon's links.
+# ---------------------------------------------------------------------------
+
+WAIT_IN_A_LOOP = r'''
+import sys, time
+from record_helpers import open_shared_record
+rec = open_shared_record(sys.argv[1], x="d")
+print("attached", flush=True)
+calls = 0
+errors = {}
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    try:
+        rec.wait(rec.sequence, 0.005)
+    except Exception as exc:
+        errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+    calls += 1
+print("ok", calls, "waits", errors, "recoveries", rec.recoveries, flush=True)
+'''
+
+
+def test_a_waiter_on_a_writable_record_survives_any_content_of_the_buffer():
+    """A process only waits (rec.wait(seq, 0.005) in a loop) on a record
+    it attached writable; a co-tenant keeps the record looking as if its
+    writer died inside a section (count odd, a holder token, the beacon's
+    word FUTEX_OWNER_DIED | a tid) and rewrites the beacon's robust-list
+    links (bytes 136-151) with random values.  docs/processes.md: "Readers
+    (every reading and waiting call, read-only or not) trust nothing in
+    it ... never crashes"; the issue: "Readers are safe against any content
+    of the buffer".  Should hold: the waiter lives (a clear error at
+    worst).
+
+    Seen (main ed372c6): the waiter dies of SIGSEGV: 3.11 4 of 4 runs,
+    3.13t 2 of 4 (within 4 s).  The waiter of a writable record rolls the
+    dead-looking section back itself (repair_dead_section: it takes the
+    beacon and unlocks it, and glibc's unlock follows the rewritten links),
+    which the same page also counts among writers ("a writable record's
+    waiter when it rolls back a dead writer's section"): a process that
+    only calls wait() cannot tell it became one.  In the full storm
+    (test_holds_readers_and_read_only_waiters_...) a writable waiter
+    died the same way in wait_async (3.13t, 1 of 3 runs)."""
+    import random
+    fields = dict(x="d")
+    shm = shared_memory_block(SeqRecord.buffer_size(**fields))
+    mem = map_shared_memory(shm.name)
+    try:
+        SeqRecord.create(mem, **fields).update(x=1.0)
+        rng = random.Random(17)
+        with PythonProcess(WAIT_IN_A_LOOP, shm.name, 4) as waiter:
+            waiter.expect("attached")
+            end = time.monotonic() + 4
+            while time.monotonic() < end and waiter.proc.poll() is None:
+                seq = peek(mem, "sequence")
+                if seq % 2 == 0:
+                    poke(mem, "sequence", seq + 1)
+                poke(mem, "holder", 0x1234567)
+                poke(mem, "beacon_lock", FUTEX_OWNER_DIED | 4242)
+                for _ in range(50):
+                    poke(mem, "beacon_list_next", rng.getrandbits(64))
+                    poke(mem, "beacon_list_prev", rng.getrandbits(64))
+            code, out = waiter.finish()
+    finally:
+        mem.close()
+        shm.unlink()
+    assert code == 0 and "ok" in out, f"the waiter: {describe_exit(code)}\n{out[-1500:]}"
+
+
+# ---------------------------------------------------------------------------
+# 6. The storm: a co-tenant rewriting every word of a live record.
+# ---------------------------------------------------------------------------
+
+def _storm_summary(report):
+    lines = []
+    for e in report["roles"]:
+        errors = {k: v for k, v in e.get("counts", {}).items() if not k.endswith(":ok")}
+        ok = sum(v for k, v in e.get("counts", {}).items() if k.endswith(":ok"))
+        lines.append(f"{e['role']}: {describe_exit(e['rc']) if e['rc'] != 'HANG' else 'HANG'}, "
+                     f"{ok} calls ok, errors {errors}, worst overrun {e.get('worst')}"
+                     + (f"\n    {e.get('stderr', '')[-600:]}" if e["rc"] != 0 else ""))
+    return (f"{report['scribbles']} rewrites ({report['mode']}), "
+            f"{report['outside_written']} bytes written outside the record\n  " + "\n  ".join(lines))
+
+
+def test_holds_readers_and_read_only_waiters_survive_a_scribbler_on_every_word(record_property):
+    """Holds: a co-tenant rewrites random 32-bit words anywhere in a live
+    record (header, every lock word, the beacon with its links,
+    owner_token/owner_pid_ns, layout text, both copies: about 60-80k
+    rewrites a second) for 4 s, while a writable reader loops on read(),
+    read_into(), read_versioned(), rec[name], get(), read_dict(), the
+    getters and repr(), a read-only reader (mmap ACCESS_READ) on those and
+    wait(seq, 0..30 ms), and a writer writes.  Every reader call returns
+    (a read took at most ~25 ms), read-only waits overrun their timeout
+    by at most ~0.1 s on a loaded 2-CPU machine, nothing outside the
+    record is written (3.11: 6 runs, 3.13t: 4 runs; ~130k reader calls a
+    run).  The writers crash: the trust model's case."""
+    from hostile_storm import run_storm
+    report = run_storm(4, "all", 7, roles=("reader", "ro", "ro", "writer"))
+    record_property("storm", json.dumps(report)[:4000])
+    summary = _storm_summary(report)
+    readers = [e for e in report["roles"] if e["role"] in ("reader", "ro")]
+    assert all(e["rc"] == 0 for e in readers), summary
+    assert report["outside_written"] == 0, summary
+    assert max(e["max_read"] for e in readers) < 1.0, summary
+    assert max(e["max_over"] for e in readers) < 0.5, summary
+
+
+def test_writers_and_waiters_survive_a_scribbler_that_leaves_the_robust_list_links_alone():
+    """The same storm, except that the co-tenant never touches the
+    beacon's robust-list links (bytes 136-151, the only bytes a writer
+    trusts co-writers with); two writers write with write(timeout=0..50 ms)
+    and update(), a writable waiter waits (wait, wait_async,
+    asyncio.wait_for, changes), a reader reads.  Should hold: "writers are
+    safe against accidental corruption: a clear RuntimeError or
+    TimeoutError, never a crash"; waiters keep their timeouts.
+
+    Seen (main ed372c6, 5 s storms): 3.11: a writer died of SIGSEGV in 5 of
+    6 runs (both writers in 1); even with bytes 112-151 (the whole beacon)
+    left alone, 1 of 1 run (the `ready` word zeroed: see
+    test_a_live_writer_survives_one_lock_word_rewritten_during_its_section).
+    Readers and waiters lived in every run."""
+    from hostile_storm import run_storm
+    report = run_storm(5, "nolinks", 11, roles=("reader", "waiter", "writer", "writer"))
+    summary = _storm_summary(report)
+    assert all(e["rc"] == 0 for e in report["roles"]), summary
+    assert report["outside_written"] == 0, summary
+    waiters = [e for e in report["roles"] if e["role"] == "waiter"]
+    assert max(e["max_over"] for e in waiters) < 0.5, summary
