@@ -437,6 +437,24 @@ print("ok", calls, "waits", errors, "recoveries", rec.recoveries, flush=True)
 '''
 
 
+# argv: the block, seconds.  Rewrites the beacon's robust-list links
+# (bytes 136-151) with random values, flat out.
+REWRITE_THE_LINKS = r'''
+import os, random, struct, sys, time
+from record_helpers import map_shared_memory
+mem = map_shared_memory(sys.argv[1])
+rng = random.Random(5)
+values = [rng.getrandbits(64) for _ in range(256)]
+print("rewriting", flush=True)
+end = time.monotonic() + float(sys.argv[2])
+pack = struct.pack_into
+while time.monotonic() < end:
+    for v in values:
+        pack("QQ", mem, 136, v, v ^ 0x5555)
+print("ok", flush=True)
+'''
+
+
 def test_a_waiter_on_a_writable_record_survives_any_content_of_the_buffer():
     """A process only waits (rec.wait(seq, 0.005) in a loop) on a record
     it attached writable; a co-tenant keeps the record looking as if its
@@ -448,8 +466,9 @@ def test_a_waiter_on_a_writable_record_survives_any_content_of_the_buffer():
     of the buffer".  Should hold: the waiter lives (a clear error at
     worst).
 
-    Seen (main ed372c6): the waiter dies of SIGSEGV: 3.11 4 of 4 runs,
-    3.13t 2 of 4 (within 4 s).  The waiter of a writable record rolls the
+    Seen (main ed372c6): the waiter dies of SIGSEGV within 4 s in most
+    runs (3.11: 6 of 8; 3.13t: 5 of 9), so the test plays up to three
+    rounds.  The waiter of a writable record rolls the
     dead-looking section back itself (repair_dead_section: it takes the
     beacon and unlocks it, and glibc's unlock follows the rewritten links),
     which the same page also counts among writers ("a writable record's
@@ -459,28 +478,30 @@ def test_a_waiter_on_a_writable_record_survives_any_content_of_the_buffer():
     died the same way in wait_async (3.13t, 1 of 3 runs)."""
     import random
     fields = dict(x="d")
-    shm = shared_memory_block(SeqRecord.buffer_size(**fields))
-    mem = map_shared_memory(shm.name)
-    try:
-        SeqRecord.create(mem, **fields).update(x=1.0)
-        rng = random.Random(17)
-        with PythonProcess(WAIT_IN_A_LOOP, shm.name, 4) as waiter:
-            waiter.expect("attached")
-            end = time.monotonic() + 4
-            while time.monotonic() < end and waiter.proc.poll() is None:
-                seq = peek(mem, "sequence")
-                if seq % 2 == 0:
-                    poke(mem, "sequence", seq + 1)
-                poke(mem, "holder", 0x1234567)
-                poke(mem, "beacon_lock", FUTEX_OWNER_DIED | 4242)
-                for _ in range(50):
-                    poke(mem, "beacon_list_next", rng.getrandbits(64))
-                    poke(mem, "beacon_list_prev", rng.getrandbits(64))
-            code, out = waiter.finish()
-    finally:
-        mem.close()
-        shm.unlink()
-    assert code == 0 and "ok" in out, f"the waiter: {describe_exit(code)}\n{out[-1500:]}"
+    for attempt in range(3):  # up to 3 rounds of 4 s: the first crash ends it
+        shm = shared_memory_block(SeqRecord.buffer_size(**fields))
+        mem = map_shared_memory(shm.name)
+        try:
+            SeqRecord.create(mem, **fields).update(x=1.0)
+            with PythonProcess(WAIT_IN_A_LOOP, shm.name, 4) as waiter, \
+                    PythonProcess(REWRITE_THE_LINKS, shm.name, 4.5) as links:
+                waiter.expect("attached")
+                links.expect("rewriting")
+                end = time.monotonic() + 4
+                while time.monotonic() < end and waiter.proc.poll() is None:
+                    seq = peek(mem, "sequence")
+                    if seq % 2 == 0:
+                        poke(mem, "sequence", seq + 1)
+                    poke(mem, "holder", 0x1234567)
+                    poke(mem, "beacon_lock", FUTEX_OWNER_DIED | 4242)
+                    time.sleep(0.0002)
+                code, out = waiter.finish()
+                links.finish()
+        finally:
+            mem.close()
+            shm.unlink()
+        assert code == 0 and "ok" in out, (
+            f"the waiter (round {attempt + 1}): {describe_exit(code)}\n{out[-1500:]}")
 
 
 # ---------------------------------------------------------------------------
@@ -535,11 +556,14 @@ def test_writers_and_waiters_survive_a_scribbler_that_leaves_the_robust_list_lin
     6 runs (both writers in 1); even with bytes 112-151 (the whole beacon)
     left alone, 1 of 1 run (the `ready` word zeroed: see
     test_a_live_writer_survives_one_lock_word_rewritten_during_its_section).
-    Readers and waiters lived in every run."""
+    3.13t: 1 of 2 single storms; a waiter in wait_async died once (the
+    links left alone).  Readers lived in every run.  Up to three storms
+    are played."""
     from hostile_storm import run_storm
-    report = run_storm(5, "nolinks", 11, roles=("reader", "waiter", "writer", "writer"))
-    summary = _storm_summary(report)
-    assert all(e["rc"] == 0 for e in report["roles"]), summary
-    assert report["outside_written"] == 0, summary
-    waiters = [e for e in report["roles"] if e["role"] == "waiter"]
-    assert max(e["max_over"] for e in waiters) < 0.5, summary
+    for seed in (11, 12, 13):  # up to three storms: the first failure ends it
+        report = run_storm(5, "nolinks", seed, roles=("reader", "waiter", "writer", "writer"))
+        summary = _storm_summary(report)
+        assert all(e["rc"] == 0 for e in report["roles"]), summary
+        assert report["outside_written"] == 0, summary
+        waiters = [e for e in report["roles"] if e["role"] == "waiter"]
+        assert max(e["max_over"] for e in waiters) < 0.5, summary
