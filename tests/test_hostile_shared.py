@@ -26,7 +26,6 @@ from process_helpers import (
     CHILD_TIMEOUT,
     PythonProcess,
     describe_exit,
-    run_python,
 )
 from record_helpers import (
     FUTEX_OWNER_DIED,
@@ -467,7 +466,7 @@ def test_a_waiter_on_a_writable_record_survives_any_content_of_the_buffer():
     worst).
 
     Seen (main ed372c6): the waiter dies of SIGSEGV within 4 s in most
-    runs (3.11: 6 of 8; 3.13t: 5 of 9), so the test plays up to three
+    rounds (3.11: 5 of 6; 3.13t: 7 of 11), so the test plays up to three
     rounds.  The waiter of a writable record rolls the
     dead-looking section back itself (repair_dead_section: it takes the
     beacon and unlocks it, and glibc's unlock follows the rewritten links),
@@ -530,8 +529,8 @@ def test_holds_readers_and_read_only_waiters_survive_a_scribbler_on_every_word(r
     wait(seq, 0..30 ms), and a writer writes.  Every reader call returns
     (a read took at most ~25 ms), read-only waits overrun their timeout
     by at most ~0.1 s on a loaded 2-CPU machine, nothing outside the
-    record is written (every storm of this review: 3.11 about 12, 3.13t
-    about 8, 100k-750k reader calls each).  Writers crash here: the trust
+    record is written (every storm of this review: 3.11 about 11, 3.13t
+    about 9, 100k-750k reader calls each).  Writers crash here: the trust
     model's case, as the links are rewritten too."""
     from hostile_storm import run_storm
     report = run_storm(4, "all", 7, roles=("reader", "ro", "ro", "writer"))
