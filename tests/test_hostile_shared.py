@@ -14,7 +14,6 @@ in a fresh interpreter.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -475,7 +474,6 @@ def test_a_waiter_on_a_writable_record_survives_any_content_of_the_buffer():
     only calls wait() cannot tell it became one.  In the full storm
     (test_holds_readers_and_read_only_waiters_...) a writable waiter
     died the same way in wait_async (3.13t, 1 of 3 runs)."""
-    import random
     fields = dict(x="d")
     for attempt in range(3):  # up to 3 rounds of 4 s: the first crash ends it
         shm = shared_memory_block(SeqRecord.buffer_size(**fields))
