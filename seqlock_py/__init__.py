@@ -9,7 +9,35 @@ the object's reference count: bind ``read = rec.read`` in each reader
 thread for reads that scale with cores.)
 """
 
-from ._seqlock import SeqLock, SeqRecord
+import faulthandler as _faulthandler
+import functools as _functools
+from typing import Any as _Any, Callable as _Callable
+
+from ._seqlock import SeqLock, SeqRecord, _reassert_bus_guard
 
 __all__ = ["SeqLock", "SeqRecord"]
 __version__ = "0.1.0"
+
+
+def _keep_bus_guard(change: _Callable[..., _Any]) -> _Callable[..., _Any]:
+    """faulthandler's `change`, after which the SIGBUS handler guarding
+    readers of records in files (a truncated file: OSError, not a crash)
+    is put back in place: faulthandler.disable() restores the handler it
+    found, which may predate seqlock_py's."""
+
+    @_functools.wraps(change)
+    def changed(*args: _Any, **kwargs: _Any) -> _Any:
+        try:
+            return change(*args, **kwargs)
+        finally:
+            _reassert_bus_guard()
+
+    changed.__seqlock_py_wrapped__ = True  # type: ignore[attr-defined]
+    return changed
+
+
+for _name in ("enable", "disable", "register", "unregister"):
+    _change = getattr(_faulthandler, _name, None)
+    if _change is not None and not getattr(_change, "__seqlock_py_wrapped__", False):
+        setattr(_faulthandler, _name, _keep_bus_guard(_change))
+del _name, _change

@@ -171,3 +171,6 @@ class _Waiter:
 
     def wait(self) -> bool: ...
     def cancel(self) -> None: ...
+
+def _reassert_bus_guard() -> None:
+    """Put the SIGBUS handler guarding readers of records in files back in place (not public)."""

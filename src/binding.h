@@ -211,11 +211,12 @@ begin_read(bound_lock *b, uint64_t *seq)
  * count is seq (seqlock_wait_for_change()): 1 with *now set to the new
  * (even) count; 0 if timeout_ns (-1: for ever) passed first or *cancel
  * (may be NULL) was set; -1 with RuntimeError if this thread holds the
- * lock or a SeqLock's writer died in its section, or with what a signal
- * handler raised.  A record's dead writer's section is repaired by the
- * waiter if the lock is free (news), else waited through: a record's
- * waiter never waits for its lock, so the timeout holds.  A read-only
- * record's waiter writes nothing (it polls).  Waits in the main thread
+ * lock or a SeqLock's writer died in its section, with OSError if the
+ * file behind a record was truncated, or with what a signal handler
+ * raised.  A record's waiter is a reader: it never takes the lock; a dead
+ * writer's section is waited through (the next writer's commit is the
+ * news).  A read-only record's waiter writes nothing (it polls).  Waits
+ * in the main thread
  * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
  * sleeps until the news (or the core's 1 s nap). */
 int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,

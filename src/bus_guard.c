@@ -19,7 +19,11 @@
  * The handler is installed once, when the first record in a file is
  * opened, and chains to the one it replaced.  It runs with SA_NODEFER, so
  * SIGBUS is not blocked in it and the jump leaves the thread's mask as it
- * was.  No Python here.
+ * was.  A program may replace it later (faulthandler.disable() puts back
+ * what faulthandler found): bus_guard_reassert() puts it back again,
+ * chaining to the newcomer; the binding calls it whenever a record is
+ * opened, a wait starts, or faulthandler's settings change.  No Python
+ * here.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* SA_ONSTACK, siginfo_t.si_addr */
@@ -29,6 +33,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 _Thread_local bus_guard *bus_guard_current
     __attribute__((tls_model("initial-exec")));
@@ -37,12 +42,28 @@ static struct sigaction replaced;
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 static int installed;
 
+/* The fault our guard is for: a bus error at an address it guards, or
+ * one this thread raised itself while guarded (faulthandler, enabled
+ * after us, reports the fault and raises it again, with our handler put
+ * back: the address is gone by then). */
+static int
+guarded_fault(const bus_guard *g, const siginfo_t *info)
+{
+    if (g == NULL) {
+        return 0;
+    }
+    if (info->si_code <= 0) { /* SI_USER, SI_TKILL: sent, not a fault */
+        return info->si_pid == getpid();
+    }
+    const char *at = (const char *)info->si_addr;
+    return at >= g->lo && at < g->hi;
+}
+
 static void
 on_bus_error(int sig, siginfo_t *info, void *context)
 {
     bus_guard *g = bus_guard_current;
-    const char *at = (const char *)info->si_addr;
-    if (g != NULL && at >= g->lo && at < g->hi) {
+    if (guarded_fault(g, info)) {
         bus_guard_current = g->outer;
         siglongjmp(g->env, 1);
     }
@@ -64,14 +85,21 @@ on_bus_error(int sig, siginfo_t *info, void *context)
     (void)sigaction(SIGBUS, &dfl, NULL);
 }
 
-static void
-install(void)
+static struct sigaction
+our_action(void)
 {
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_sigaction = on_bus_error;
     action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
+    return action;
+}
+
+static void
+install(void)
+{
+    struct sigaction action = our_action();
     installed = sigaction(SIGBUS, &action, &replaced) == 0;
 }
 
@@ -80,4 +108,23 @@ bus_guard_install(void)
 {
     (void)pthread_once(&install_once, install);
     return installed ? 0 : -1;
+}
+
+int
+bus_guard_reassert(void)
+{
+    if (!installed) {
+        return 0;
+    }
+    struct sigaction now;
+    if (sigaction(SIGBUS, NULL, &now) != 0) {
+        return -1;
+    }
+    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_bus_error) {
+        return 0;
+    }
+    /* Chain to whoever replaced us, as to whoever we replaced at first. */
+    struct sigaction action = our_action();
+    replaced = now;
+    return sigaction(SIGBUS, &action, NULL) == 0 ? 0 : -1;
 }

@@ -44,6 +44,11 @@ extern _Thread_local bus_guard *bus_guard_current
  * replaces).  0, or -1 if sigaction() refused (then guards do nothing). */
 int bus_guard_install(void);
 
+/* If installed and since replaced (faulthandler, a program's own
+ * handler), install it again, chaining to its replacement.  A system
+ * call: not for every read.  0, or -1 if sigaction() refused. */
+int bus_guard_reassert(void);
+
 static inline void
 bus_guard_arm(bus_guard *g, const void *memory, size_t len)
 {

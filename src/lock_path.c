@@ -640,65 +640,27 @@ signal_handlers_run_here(void)
 #endif
 }
 
-/* How long a record's waiter that found its writer dead waits, between
- * tries of the lock to repair the section itself: another writer may be
- * repairing it, or a live holder may be in it (its lock cannot be taken). */
-#define REPAIR_RETRY_NS (10 * 1000 * 1000LL)
-
-/* A record's waiter found the open section's writer dead: repair it if
- * the lock is free now (rolled back and closed: news), never waiting for
- * the lock.  1 if repaired, 0 if not now, -1 with an exception. */
-static int
-repair_dead_section(bound_lock *b)
-{
-    lock_status taken = lock_excl(b, 0);
-    if (taken <= LOCK_TIMED_OUT) {
-        return taken;
-    }
-    unlock_excl(b);
-    return PyErr_Occurred() ? -1 : 1;
-}
-
 int
 wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
                 const _Atomic uint32_t *cancel, uint64_t *now)
 {
-    /* A record's waiter never waits for its lock: a section whose writer
-     * died is repaired when the lock is free, else waited through for a
-     * while before the next try.  One that may not write the record only
-     * waits through it. */
-    int writable = !read_only(b);
-    unsigned flags = writable ? 0 : SEQLOCK_WAIT_READ_ONLY
-                                        | SEQLOCK_WAIT_THROUGH_DEATH;
+    /* A record's waiter is a reader: it never takes the lock, not even to
+     * roll back a dead writer's section (the next writer does that; its
+     * news is the waiter's), so it writes nothing the record's writers
+     * use and trusts nothing in the record.  It waits through such a
+     * section; one that may not write the record at all does not even
+     * announce itself (it polls). */
+    unsigned flags = 0;
+    if (b->record != NULL) {
+        flags = SEQLOCK_WAIT_THROUGH_DEATH
+                | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
+    }
+    if (b->record != NULL && b->record->guarded != NULL) {
+        (void)bus_guard_reassert(); /* a wait may be long: make sure */
+    }
     change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};
     int64_t slice = signal_handlers_run_here() ? WAIT_SLICE_NS : -1;
-    int64_t deadline = deadline_after(timeout_ns);
-    int err;
-    for (;;) {
-        int64_t left = time_left(deadline);
-        int after_failed_repair = writable
-                                  && (w.flags & SEQLOCK_WAIT_THROUGH_DEATH);
-        if (after_failed_repair && (left < 0 || left > REPAIR_RETRY_NS)) {
-            left = REPAIR_RETRY_NS;
-        }
-        err = wait_in_slices(core_wait_for_change, b, left, slice, &w);
-        if (err == EOWNERDEAD && b->record != NULL) {
-            int repaired = repair_dead_section(b);
-            if (repaired < 0) {
-                return -1;
-            }
-            if (!repaired) {
-                w.flags |= SEQLOCK_WAIT_THROUGH_DEATH;
-            }
-            continue; /* repaired: the count moved, which is news */
-        }
-        if (err == ETIMEDOUT && after_failed_repair
-            && time_left(deadline) != 0) {
-            w.flags &= ~SEQLOCK_WAIT_THROUGH_DEATH; /* try the repair again */
-            continue;
-        }
-        break;
-    }
+    int err = wait_in_slices(core_wait_for_change, b, timeout_ns, slice, &w);
     switch (err) {
     case 0:
         *now = w.now;

@@ -86,11 +86,34 @@ static PyModuleDef_Slot module_slots[] = {
     {0, NULL},
 };
 
+PyDoc_STRVAR(reassert_bus_guard_doc,
+"_reassert_bus_guard($module, /)\n--\n\n"
+"Put the SIGBUS handler that guards readers of records in files back in\n"
+"place if something replaced it (seqlock_py wraps faulthandler's\n"
+"enable/disable/register/unregister to call this).  Not public.");
+
+static PyObject *
+reassert_bus_guard(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    (void)module;
+    if (bus_guard_reassert() != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"_reassert_bus_guard", reassert_bus_guard, METH_NOARGS,
+     reassert_bus_guard_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "seqlock_py._seqlock",
     .m_doc = "Sequence locks (the C core of seqlock_py).",
     .m_size = sizeof(module_state),
+    .m_methods = module_methods,
     .m_slots = module_slots,
     .m_traverse = module_traverse,
     .m_clear = module_clear,

@@ -21,7 +21,9 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -197,8 +199,13 @@ struct held_lock {
 struct gap_watch {
     const seqlock_t *lock;
     uint64_t holder, gap;
-    int64_t since;
+    int64_t since;    /* first seen */
+    int64_t seen;     /* last seen: a watch not kept up is stale */
+    int64_t looked;   /* when holder_verdict() last ran for it, or 0 */
+    int verdict;      /* what it said */
 };
+
+enum { IDENTITY_UNKNOWN = 0, IDENTITY_KNOWN = 1, IDENTITY_UNAVAILABLE = 2 };
 
 /* Everything the lock paths keep per thread, in one thread-local: each
  * public call finds it once (one __tls_get_addr in a shared library) and
@@ -210,6 +217,11 @@ struct lock_thread {
      * its thread cannot leave two different tokens behind (one CAS from 0
      * wins). */
     _Atomic uint64_t token;
+    /* Who the thread is in its PID namespace, for owner records: its id
+     * and start time, learnt on its first lock (know_myself()). */
+    int identity;
+    uint32_t tid;
+    uint64_t started;
     unsigned held_count, held_spill_cap;
     struct held_lock held_inline[HELD_INLINE];
     struct held_lock *held_spill; /* the rest, on the heap */
@@ -331,8 +343,11 @@ seqlock_init(seqlock_t *sl)
     atomic_init(&sl->starving, 0);
     atomic_init(&sl->gaps, 0);
     atomic_init(&sl->abandoned, 0);
-    atomic_init(&sl->owner_token, 0);
-    atomic_init(&sl->owner_pid_ns, 0);
+    atomic_init(&sl->owner.token, 0);
+    atomic_init(&sl->owner.pid_ns, 0);
+    atomic_init(&sl->owner.started, 0);
+    atomic_init(&sl->owner.tid, 0);
+    atomic_init(&sl->owner.reserved, 0);
     int err = init_beacon(sl);
     atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
     return err;
@@ -368,6 +383,14 @@ ensure_ready(seqlock_t *sl)
     if (!atomic_compare_exchange_strong(&sl->ready, &state, INITIALISING)) {
         return state == SEQLOCK_READY ? 0 : EBUSY;
     }
+    /* Set up only a lock nobody has used (a SEQLOCK_UNLOCKED one): a
+     * `ready` word rewritten to 0 on a used lock must not have the beacon
+     * made anew under its holder. */
+    if (atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0
+        || atomic_load_explicit(&sl->gaps, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&sl->ready, 0, memory_order_relaxed);
+        return EINVAL;
+    }
     int err = init_beacon(sl);
     atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
                           memory_order_release);
@@ -399,27 +422,32 @@ ensure_ready(seqlock_t *sl)
  * What is left: a holder that dies in the few instructions between
  * winning the word and locking the beacon, or between unlocking the
  * beacon and giving the word back (its gaps), leaves the word held and the
- * beacon free and unmarked.  A waiter that sees that state, for the same
- * holder in the same gap (each holder counts `gaps` up as it enters one),
- * for long enough takes the word over.  That is safe against the holder
- * even if it is alive, only preempted: a section is entered only with the
- * beacon held (a holder in its first gap that finds the beacon taken backs
- * off), and a holder in its second gap has closed its section.  It is not
- * always safe against the kernel: such a holder has the beacon as its
- * robust list's pending operation (in its first gap it is about to try
- * the beacon; in its second, glibc's unlock names it pending until it
- * returns), and if it is killed there, the kernel marks the beacon dead if
- * its word holds the dying thread's id, which is the taker's: two threads
- * share an id only in different PID namespaces.  So a holder that wrote,
- * just after winning the word, that it lives in the waiter's own PID
- * namespace (owner_token, owner_pid_ns) is taken over after
- * GAP_SAME_NAMESPACE_NS; any other only after GAP_NS, which outlasts a
- * preemption (test_hostile.py's same-id writers in other namespaces had a
- * live holder's beacon taken within seconds with 1 ms for everyone).  A
- * holder that dies before it wrote that costs GAP_NS: a few instructions.
- * Neither gap makes a system call (release_lock_word()), but gaps hold
- * atomic instructions on a contended cache line: 4-12 % of SIGKILLs of a
- * flat-out writer landed in one (benchmarks/bench_takeover.py).
+ * beacon free and unmarked.  Just after winning the word a holder writes
+ * who it is (seqlock_t.owner: its PID namespace, thread id and start
+ * time), so a waiter of the same namespace that finds it in a gap asks
+ * /proc: a dead holder is taken over at once (after GAP_LOOK_NS, longer
+ * than a live holder's passing gap), a live one never (preempted or
+ * stopped in its gap, it will finish; and a beacon's word another process
+ * zeroed under a live holder is no gap).  A holder whose record says
+ * nothing of the kind (another namespace, or it died before writing it)
+ * is taken over after GAP_NS.  That is safe against the holder even if it
+ * is alive: a section is entered only with the beacon held (a holder in
+ * its first gap that finds the beacon taken backs off), and a holder in
+ * its second gap has closed its section.  Not sooner: such a holder has
+ * the beacon as its robust list's pending operation (in its first gap it
+ * is about to try the beacon; in its second, glibc's unlock names it
+ * pending until it returns), and if it is killed there, the kernel marks
+ * the beacon dead if its word holds the dying thread's id, which is the
+ * taker's: two threads share an id only in different PID namespaces
+ * (test_hostile.py's same-id writers in other namespaces had a live
+ * holder's beacon taken within seconds with a 1 ms timeout).  GAP_NS
+ * outlasts a preemption.  Neither gap makes a system call
+ * (release_lock_word()), but gaps hold atomic instructions on a contended
+ * cache line: 4-12 % of SIGKILLs of a flat-out writer landed in one
+ * (benchmarks/bench_takeover.py).  The kernel's own mark, too, is told
+ * from a rewrite: it clears the dead thread's id from the word, so a word
+ * marked dead that still names a thread was written by another process
+ * over a live holder's (beacon_state()).
  *
  * The lock's words are shared with every process that maps the lock, and
  * any of them may rewrite them.  So what the caller holds is kept in the
@@ -434,8 +462,11 @@ ensure_ready(seqlock_t *sl)
  * Boost.Interprocess trust theirs); readers are not in that circle.
  */
 
-#define GAP_NS (100 * 1000 * 1000LL)              /* 100 ms */
-#define GAP_SAME_NAMESPACE_NS (1000 * 1000LL)      /* 1 ms */
+#define GAP_NS (100 * 1000 * 1000LL)      /* 100 ms */
+#define GAP_LOOK_NS (50 * 1000LL)         /* 50 us: longer than a passing gap */
+#define RECHECK_NS (1000 * 1000LL)        /* 1 ms: a live holder looked at again */
+#define WATCH_STALE_NS (20 * 1000 * 1000LL) /* a waiter looks far more often */
+#define PID_MAX_LIMIT 4194304u            /* the kernel's ceiling for ids */
 
 /* The inode of this process's PID namespace, as /proc says it, once /proc
  * is known to be this namespace's (its "self" is our pid): NS_UNKNOWN
@@ -469,49 +500,173 @@ pid_namespace(void)
     return ns;
 }
 
-/* Say who holds the word (seqlock_t.owner_*).  The token is written
- * last, after a 0 and a release fence, so a reader that sees the same
- * token before and after reading the namespace (with an acquire fence
- * between) read this holder's. */
-static void
-write_owner(seqlock_t *sl, uint64_t token, uint64_t ns)
-{
-    atomic_store_explicit(&sl->owner_token, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&sl->owner_pid_ns, ns, memory_order_relaxed);
-    atomic_store_explicit(&sl->owner_token, token, memory_order_release);
-}
-
-/* Just after winning the word: say that we hold it.  A thread that takes
- * the lock again finds its own record there and writes nothing. */
-static void
-publish_owner(seqlock_t *sl, uint64_t me)
-{
-    uint64_t ns = pid_namespace();
-    if (atomic_load_explicit(&sl->owner_token, memory_order_relaxed) != me
-        || atomic_load_explicit(&sl->owner_pid_ns, memory_order_relaxed)
-               != ns) {
-        write_owner(sl, me, ns);
-    }
-}
-
-/* 1 if the holder whose token is h said it lives in our PID namespace. */
+/* Thread tid of our PID namespace, as /proc/<tid>/stat says: its state
+ * letter and its start time (clock ticks since boot).  0, ENOENT (no
+ * such thread: it has exited and been reaped), or another error (the
+ * kernel does not say).  Not async-signal-safe only in that it opens a
+ * file; writers' paths only. */
 static int
-holder_shares_our_namespace(const seqlock_t *sl, uint64_t h)
+thread_status(uint32_t tid, char *state, uint64_t *started)
 {
-    uint64_t ns = pid_namespace();
-    if (ns == NS_UNAVAILABLE) {
-        return 0;
+#ifdef __linux__
+    char path[48], buf[1024];
+    snprintf(path, sizeof path, "/proc/%u/stat", (unsigned)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT || errno == ESRCH ? ENOENT : EIO;
     }
-    uint64_t token = atomic_load_explicit(&sl->owner_token,
-                                          memory_order_acquire);
-    uint64_t theirs = atomic_load_explicit(&sl->owner_pid_ns,
-                                           memory_order_relaxed);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int err = n <= 0 ? (n < 0 && errno == ESRCH ? ENOENT : EIO) : 0;
+    (void)close(fd);
+    if (err) {
+        return err;
+    }
+    buf[n] = '\0';
+    /* "tid (comm) S ppid ...": comm may hold spaces and parentheses, so
+     * the fields start after the last ')'; the start time is the 22nd. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ' || p[2] == '\0') {
+        return EIO;
+    }
+    p += 2;
+    *state = *p;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (p == NULL) {
+            return EIO;
+        }
+        p++;
+    }
+    char *end;
+    unsigned long long ticks = strtoull(p, &end, 10);
+    if (end == p) {
+        return EIO;
+    }
+    *started = ticks;
+    return 0;
+#else
+    (void)tid;
+    (void)state;
+    (void)started;
+    return EIO;
+#endif
+}
+
+/* This thread's identity for an owner record, learnt on its first lock
+ * (and anew in a fork's child): 1 if known. */
+static int
+know_myself(struct lock_thread *t)
+{
+    if (SEQLOCK_LIKELY(t->identity != IDENTITY_UNKNOWN)) {
+        return t->identity == IDENTITY_KNOWN;
+    }
+    t->identity = IDENTITY_UNAVAILABLE;
+#ifdef __linux__
+    char state;
+    uint64_t started;
+    uint32_t tid = (uint32_t)syscall(SYS_gettid);
+    if (pid_namespace() != NS_UNAVAILABLE
+        && thread_status(tid, &state, &started) == 0) {
+        t->tid = tid;
+        t->started = started;
+        t->identity = IDENTITY_KNOWN;
+    }
+#endif
+    return t->identity == IDENTITY_KNOWN;
+}
+
+/* Say who holds the word (seqlock_t.owner).  The token is written last,
+ * after a 0 and a release fence, so a reader that sees the same token
+ * before and after reading the rest (an acquire fence between) read this
+ * holder's record. */
+static void
+write_owner(seqlock_t *sl, const struct seqlock_owner *o)
+{
+    struct seqlock_owner *w = &sl->owner;
+    atomic_store_explicit(&w->token, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&w->pid_ns, atomic_load(&o->pid_ns),
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->started, atomic_load(&o->started),
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->tid, atomic_load(&o->tid), memory_order_relaxed);
+    atomic_store_explicit(&w->token, atomic_load(&o->token),
+                          memory_order_release);
+}
+
+/* The owner record as it stands, read seqlock-style; 0 if torn (being
+ * rewritten). */
+static int
+read_owner(const seqlock_t *sl, struct seqlock_owner *o)
+{
+    const struct seqlock_owner *r = &sl->owner;
+    uint64_t token = atomic_load_explicit(&r->token, memory_order_acquire);
+    atomic_init(&o->pid_ns, atomic_load_explicit(&r->pid_ns,
+                                                 memory_order_relaxed));
+    atomic_init(&o->started, atomic_load_explicit(&r->started,
+                                                  memory_order_relaxed));
+    atomic_init(&o->tid, atomic_load_explicit(&r->tid, memory_order_relaxed));
     atomic_thread_fence(memory_order_acquire);
-    return token == h && token != 0
-           && atomic_load_explicit(&sl->owner_token, memory_order_relaxed)
-                  == token
-           && theirs == ns;
+    atomic_init(&o->token, token);
+    return token != 0
+           && atomic_load_explicit(&r->token, memory_order_relaxed) == token;
+}
+
+/* Just after winning the word: say that we hold it, and who we are.  A
+ * thread that takes the lock again finds its own record there and writes
+ * nothing. */
+static void
+publish_owner(seqlock_t *sl, struct lock_thread *t, uint64_t me)
+{
+    struct seqlock_owner mine;
+    int known = know_myself(t);
+    atomic_init(&mine.token, me);
+    atomic_init(&mine.pid_ns, known ? pid_namespace() : NS_UNAVAILABLE);
+    atomic_init(&mine.started, known ? t->started : 0);
+    atomic_init(&mine.tid, known ? t->tid : 0);
+    if (atomic_load_explicit(&sl->owner.token, memory_order_relaxed) != me
+        || atomic_load_explicit(&sl->owner.tid, memory_order_relaxed)
+               != atomic_load(&mine.tid)
+        || atomic_load_explicit(&sl->owner.pid_ns, memory_order_relaxed)
+               != atomic_load(&mine.pid_ns)) {
+        write_owner(sl, &mine);
+    }
+}
+
+enum holder_verdict { HOLDER_UNKNOWN, HOLDER_ALIVE, HOLDER_DEAD };
+
+/* Is the thread holding the word h alive?  Known only if it wrote, just
+ * after winning the word, that it lives in our PID namespace: then
+ * /proc tells (gone, a zombie, or another thread with its id since).
+ * Otherwise (another namespace, an older record, /proc unavailable)
+ * unknown.  A record anyone may have rewritten: it can make us wrong
+ * about whom to wait for, never make us write outside the lock. */
+static enum holder_verdict
+holder_verdict(const seqlock_t *sl, uint64_t h)
+{
+    struct seqlock_owner o;
+    uint64_t ns = pid_namespace();
+    if (ns == NS_UNAVAILABLE || !read_owner(sl, &o)
+        || atomic_load(&o.token) != h || atomic_load(&o.pid_ns) != ns) {
+        return HOLDER_UNKNOWN;
+    }
+    uint32_t tid = atomic_load(&o.tid);
+    if (tid == 0 || tid > PID_MAX_LIMIT) {
+        return HOLDER_UNKNOWN;
+    }
+    char state;
+    uint64_t started;
+    switch (thread_status(tid, &state, &started)) {
+    case 0:
+        return started != atomic_load(&o.started) || state == 'Z'
+                       || state == 'X'
+                   ? HOLDER_DEAD
+                   : HOLDER_ALIVE;
+    case ENOENT:
+        return HOLDER_DEAD;
+    default:
+        return HOLDER_UNKNOWN;
+    }
 }
 
 /* The beacon's words as glibc keeps them: the first int is a robust futex
@@ -688,36 +843,42 @@ seqlock_check(const seqlock_t *sl)
     return beacon_kind_ok(sl) ? 0 : EINVAL;
 }
 
+/* What the beacon's word says, read once.  The kernel marks a dead
+ * holder's robust futex FUTEX_OWNER_DIED and clears its id, so a word
+ * that has the bit and an id is no mark of the kernel's: another process
+ * rewrote the word of a beacon a live thread holds (its unlock puts the
+ * word back).  Without glibc's word to look at: always held. */
+enum beacon_state { BEACON_HELD, BEACON_FREE, BEACON_MARKED_DEAD };
+
+static enum beacon_state
+beacon_state(const seqlock_t *sl)
+{
+#ifdef BEACON_WORD
+    int word = __atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED);
+    if (word == 0) {
+        return BEACON_FREE;
+    }
+    if ((word & FUTEX_OWNER_DIED) && (word & FUTEX_TID_MASK) == 0) {
+        return BEACON_MARKED_DEAD;
+    }
+#else
+    (void)sl;
+#endif
+    return BEACON_HELD;
+}
+
 int
 seqlock_owner_died(const seqlock_t *sl)
 {
     if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
         return 1;
     }
-#ifdef BEACON_WORD
     /* The acquire load of `ready` orders the peek after the beacon's
      * setup (a SEQLOCK_UNLOCKED lock gets it from its first writer). */
     return atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0
            && atomic_load_explicit(&sl->ready, memory_order_acquire)
                   == SEQLOCK_READY
-           && (__atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED)
-               & FUTEX_OWNER_DIED);
-#else
-    return 0;
-#endif
-}
-
-/* The holder is in its gap (or died there): word held, beacon free and
- * unmarked.  Never true without glibc's word to look at. */
-static int
-in_a_gap(const seqlock_t *sl)
-{
-#ifdef BEACON_WORD
-    return __atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED) == 0;
-#else
-    (void)sl;
-    return 0;
-#endif
+           && beacon_state(sl) == BEACON_MARKED_DEAD;
 }
 
 static inline void
@@ -726,19 +887,38 @@ gap_ended(struct lock_thread *t)
     t->gap.lock = NULL;
 }
 
+/* Take the word from holder h, found in a gap (word held, beacon free and
+ * unmarked)?  Not while the gap may be a live holder's passing one (under
+ * GAP_LOOK_NS); then only if the holder is dead, as /proc tells for a
+ * holder of our PID namespace (looked at again every RECHECK_NS while
+ * it lives: preempted in its gap, or stopped, or its beacon's word
+ * rewritten mid-section); a holder we cannot look at, after GAP_NS. */
 static int
-gap_expired(struct lock_thread *t, const seqlock_t *sl, uint64_t holder)
+gap_holder_gone(struct lock_thread *t, const seqlock_t *sl, uint64_t h)
 {
     int64_t now = monotonic_ns();
     uint64_t gap = atomic_load_explicit(&sl->gaps, memory_order_relaxed);
-    if (t->gap.lock != sl || t->gap.holder != holder || t->gap.gap != gap) {
-        t->gap = (struct gap_watch){sl, holder, gap, now};
+    if (t->gap.lock != sl || t->gap.holder != h || t->gap.gap != gap
+        || now - t->gap.seen > WATCH_STALE_NS) {
+        t->gap = (struct gap_watch){sl, h, gap, now, now, 0, HOLDER_UNKNOWN};
         return 0;
     }
-    int64_t seen = now - t->gap.since;
-    return seen >= GAP_NS
-           || (seen >= GAP_SAME_NAMESPACE_NS
-               && holder_shares_our_namespace(sl, holder));
+    t->gap.seen = now;
+    if (now - t->gap.since < GAP_LOOK_NS) {
+        return 0;
+    }
+    if (t->gap.looked == 0 || now - t->gap.looked >= RECHECK_NS) {
+        t->gap.verdict = holder_verdict(sl, h);
+        t->gap.looked = now;
+    }
+    switch (t->gap.verdict) {
+    case HOLDER_DEAD:
+        return 1;
+    case HOLDER_ALIVE:
+        return 0;
+    default:
+        return now - t->gap.since >= GAP_NS;
+    }
 }
 
 /*
@@ -798,15 +978,24 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
         return EBUSY;
     }
     t->held_off.lock = NULL;
-    if (h != 0 && h != me) { /* me: a stale word (we hold no entry) */
-        if (seqlock_owner_died(sl)) {
+    if (h == me) {
+        /* Our token, though this thread holds no lock at this address:
+         * the same lock through another mapping of its memory.  Waiting
+         * would be for ourselves. */
+        return EDEADLK;
+    }
+    if (h != 0) {
+        switch (beacon_state(sl)) {
+        case BEACON_MARKED_DEAD:
             dead = 1;
-        }
-        else if (!in_a_gap(sl)) {
+            break;
+        case BEACON_FREE: /* a gap */
+            if (!gap_holder_gone(t, sl, h)) {
+                return EBUSY;
+            }
+            break;
+        default: /* held: by a live holder, whatever else its word says */
             gap_ended(t);
-            return EBUSY;
-        }
-        else if (!gap_expired(t, sl, h)) {
             return EBUSY;
         }
         takeover = 1;
@@ -817,15 +1006,13 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
     }
     /* A takeover that fails gives the word back to the holder it took it
      * from: the holder's record of itself goes back with it. */
-    uint64_t their_token = atomic_load_explicit(&sl->owner_token,
-                                                memory_order_relaxed);
-    uint64_t their_ns = atomic_load_explicit(&sl->owner_pid_ns,
-                                             memory_order_relaxed);
+    struct seqlock_owner theirs;
+    int have_theirs = takeover && read_owner(sl, &theirs);
     if (!atomic_compare_exchange_strong_explicit(
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
     }
-    publish_owner(sl, me);
+    publish_owner(sl, t, me);
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     err = pthread_mutex_trylock(&sl->beacon);
     if (err == 0 || err == EOWNERDEAD) {
@@ -849,8 +1036,8 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
     }
     /* EBUSY: a holder we took for gone locked its beacon after all; or
      * the beacon is broken.  Give the word back. */
-    if (takeover) {
-        write_owner(sl, their_token, their_ns);
+    if (have_theirs) {
+        write_owner(sl, &theirs);
     }
     uint64_t mine = me;
     (void)atomic_compare_exchange_strong_explicit(
@@ -1473,7 +1660,7 @@ repair_in_child(seqlock_private_t *p, uint64_t me)
         /* The forking thread keeps its lock: its section goes on. */
         if (pthread_mutex_lock(&sl->beacon) == 0) {
             atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
-            publish_owner(sl, me);
+            publish_owner(sl, this_thread(), me);
             mine->token = me;
             note_beacon_owner(sl, mine);
         }
@@ -1511,11 +1698,38 @@ after_fork_in_parent(void)
     pthread_mutex_unlock(&private_locks_mutex);
 }
 
+/* In the child: the forking thread's record of what it holds came from
+ * the parent.  A lock in memory the child shares with the parent is the
+ * parent's thread's, which lives on there: the child holds none of them
+ * (its copy of a private lock it keeps: repair_in_child()). */
+static void
+forget_shared_locks_in_child(void)
+{
+    struct lock_thread *t = this_thread();
+    for (unsigned i = 0; i < t->held_count;) {
+        struct held_lock *h = held_at(t, i);
+        int private_lock = 0;
+        for (seqlock_private_t *p = private_locks.next; p != &private_locks;
+             p = p->next) {
+            private_lock |= p->lock == h->lock;
+        }
+        if (private_lock) {
+            i++;
+        }
+        else {
+            forget_held(t, h); /* the last entry moves to i */
+        }
+    }
+}
+
 static void
 after_fork_in_child(void)
 {
+    struct lock_thread *t = this_thread();
     atomic_store_explicit(&my_pid_ns, NS_UNKNOWN, memory_order_relaxed);
-    atomic_store_explicit(&this_thread()->token, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->token, 0, memory_order_relaxed);
+    t->identity = IDENTITY_UNKNOWN; /* another thread id, start time */
+    forget_shared_locks_in_child();
     uint64_t me = seqlock_self();
     for (seqlock_private_t *p = private_locks.next; p != &private_locks;
          p = p->next) {

@@ -122,12 +122,17 @@ typedef struct seqlock {
     _Atomic uint32_t ready;     /* SEQLOCK_READY once the beacon is set up */
     _Atomic uint32_t abandoned; /* an open section nobody can finish */
     pthread_mutex_t beacon;     /* robust, process-shared: the holder's */
-    /* Where the lock word's holder lives, written by it just after winning
-     * the word: its token (last; 0 while being written) and its PID
-     * namespace, so that a waiter that finds it in a gap knows whether a
-     * takeover is safe at once (seqlock.c, "gaps"). */
-    _Atomic uint64_t owner_token;
-    _Atomic uint64_t owner_pid_ns;
+    /* Who holds the lock word, as it wrote just after winning it, so that
+     * a waiter of its PID namespace that finds it in a gap, or its beacon
+     * marked dead, can tell a live holder from a dead one (seqlock.c,
+     * "gaps").  The token is written last (0 while being written). */
+    struct seqlock_owner {
+        _Atomic uint64_t token;   /* the holder's token */
+        _Atomic uint64_t pid_ns;  /* its PID namespace's inode; 1: unknown */
+        _Atomic uint64_t started; /* its thread's start (ticks since boot) */
+        _Atomic uint32_t tid;     /* its thread's id in that namespace */
+        _Atomic uint32_t reserved;
+    } owner;
 } seqlock_t;
 
 /* A static initialiser for a process-private lock: the beacon is set up by
@@ -191,7 +196,8 @@ uint64_t seqlock_self(void);
 /**
  * seqlock_lock_excl_timed - take the lock word, leaving the sequence alone
  * timeout_ns < 0 waits for ever, 0 only tries.  Returns 0; ETIMEDOUT;
- * EDEADLK if the caller already holds it; ENOLCK if the caller holds
+ * EDEADLK if the caller already holds it (also through another mapping of
+ * its memory: the lock word holds the caller's token); ENOLCK if the caller holds
  * SEQLOCK_MAX_HELD locks already (the kernel watches a dead thread's
  * robust list only so far); EOWNERDEAD if its holder died or abandoned its
  * section (seqlock_abandon()): the caller now holds it, and the sequence
@@ -255,13 +261,14 @@ int seqlock_close_section(seqlock_t *sl);
 int seqlock_abandon(seqlock_t *sl);
 
 /**
- * seqlock_ask_turn - ask that the lock word, next time it is free, be left
- * to the caller: other takers keep off a free word for up to 5 ms while
- * a turn is asked (the fairness a writer that has slept 1 ms gets).  For a
- * reader that only ever tries the word (seqlock_lock_excl_timed(sl, 0))
- * and must still finish in a write storm: a latch reader whose copies the
- * storm keeps overlapping.  seqlock_drop_turn() withdraws the request
- * (also done by taking the word); a request not withdrawn lapses.
+ * seqlock_ask_turn - ask writers for a turn: takers keep off the lock
+ * word, when they find it free, for up to 5 ms while a turn is asked (the
+ * fairness a writer that has slept 1 ms gets), then let the request lapse.
+ * For a reader that must finish in a write storm without ever taking the
+ * lock: a latch reader whose copies the storm keeps overlapping gets a
+ * window with no section opening.  Writes the lock's `starving` word only
+ * (a compare-and-swap from 0), never its mutex.  seqlock_drop_turn()
+ * withdraws the request (taking the word does too).
  */
 void seqlock_ask_turn(seqlock_t *sl);
 void seqlock_drop_turn(seqlock_t *sl);

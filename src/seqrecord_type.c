@@ -69,7 +69,6 @@ state_of(PyObject *self)
  * has run out of lock-free retries, before it looks for signals again;
  * one that may take the lock word tries it after fewer. */
 #define DETACHED_PASSES 1024
-#define STORM_PASSES 4
 
 /* Up to `passes` latch read passes of data bytes [offset, +n) into dst,
  * yielding the CPU before each if `yield`; whole: one was not overlapped,
@@ -80,6 +79,7 @@ typedef struct {
     void *dst;
     size_t offset, n;
     int passes, yield;
+    seqlock_t *ask_turn_of; /* ask writers for a turn before each pass */
     uint64_t seq;
 } latch_read;
 
@@ -89,6 +89,9 @@ latch_read_passes(latch_read *r)
     for (int i = 0; i < r->passes; i++) {
         if (r->yield) {
             sched_yield();
+        }
+        if (r->ask_turn_of != NULL) {
+            seqlock_ask_turn(r->ask_turn_of); /* again: it may have lapsed */
         }
         if (SEQLOCK_LIKELY(record_try_read(r->rv, r->dst, r->offset, r->n,
                                            &r->seq))) {
@@ -118,33 +121,21 @@ guarded_latch_read(const bound_record *b, latch_read *r)
     return whole;
 }
 
-/* One pass with writers kept out, if the lock word is free now: 1 if
- * taken and copied (whole), 0 if not free, -1 with an exception.  Never
- * waits for the word: a writer stopped holding it cannot delay the
- * reader, whose lock-free passes then succeed (the count stays put). */
 static int
-latch_read_excl(SeqRecordObject *self, latch_read *r)
+drop_turn(void *lock)
 {
-    lock_status taken = lock_excl(&self->lock, 0);
-    if (taken <= LOCK_TIMED_OUT) {
-        return taken;
-    }
-    r->passes = 1;
-    r->yield = 0;
-    int whole = guarded_latch_read(&self->rec, r); /* the count is even */
-    unlock_excl(&self->lock);
-    if (whole < 0) {
-        set_memory_gone();
-        return -1;
-    }
-    return whole;
+    seqlock_drop_turn(lock);
+    return 0;
 }
 
 /* snapshot()'s slow path: max_retries more passes at full speed; then, a
  * write storm keeping every copy overlapped, passes with the interpreter
- * released and the CPU yielded between them, and, for a record this
- * process may write, between those a try of the lock word, writers asked
- * to leave it free (seqlock_ask_turn()): a try, never a wait. */
+ * released and the CPU yielded between them, a record this process may
+ * write asking writers for a turn (seqlock_ask_turn()): they leave the
+ * free lock word alone for a few milliseconds, a window in which a pass
+ * completes.  The reader never takes the lock: a writer stopped or dead
+ * cannot hold it up, and it never touches the lock's mutex, so no content
+ * of the memory can turn it into a writer's trust. */
 static Py_NO_INLINE int
 snapshot_retrying(SeqRecordObject *self, latch_read *r)
 {
@@ -154,31 +145,27 @@ snapshot_retrying(SeqRecordObject *self, latch_read *r)
     int whole = guarded_latch_read(&self->rec, r);
     if (whole == 0) {
         read_budget_count(&budget->fallbacks);
-        int writable = !self->rec.readonly;
-        if (writable) {
-            seqlock_ask_turn(self->rec.view.lock);
-        }
+        int ask = !self->rec.readonly;
+        r->ask_turn_of = ask ? self->rec.view.lock : NULL;
+        r->passes = DETACHED_PASSES;
+        r->yield = 1;
         do {
-            if (writable && (whole = latch_read_excl(self, r)) != 0) {
-                break;
-            }
-            r->passes = writable ? STORM_PASSES : DETACHED_PASSES;
-            r->yield = 1;
             Py_BEGIN_ALLOW_THREADS
             whole = guarded_latch_read(&self->rec, r);
             Py_END_ALLOW_THREADS
         } while (whole == 0 && PyErr_CheckSignals() == 0);
-        if (writable) {
-            seqlock_drop_turn(self->rec.view.lock);
+        int unused;
+        if (ask && whole >= 0
+            && call_guarded(&self->rec, drop_turn, self->rec.view.lock,
+                            &unused) < 0) {
+            return -1;
         }
         if (whole == 0) {
             return -1; /* a signal handler raised */
         }
     }
     if (whole < 0) {
-        if (!PyErr_Occurred()) {
-            set_memory_gone();
-        }
+        set_memory_gone();
         return -1;
     }
     return 0;
@@ -217,7 +204,7 @@ snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
     }
     if (SEQLOCK_UNLIKELY(!whole)) {
         latch_read r = {&self->rec.view, &self->lock.budget, dst, offset, n, 0, 0,
-                        0};
+                        NULL, 0};
         if (snapshot_retrying(self, &r) < 0) {
             return -1;
         }
@@ -418,7 +405,8 @@ bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
     self->rec.readonly = (memory_kind & BOUND_READ_ONLY) != 0;
     self->rec.guarded = NULL;
     self->rec.guarded_len = 0;
-    if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
+    if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0
+        && bus_guard_reassert() == 0) {
         self->rec.guarded = memory;
         self->rec.guarded_len = layout_record_size(self->layout);
     }

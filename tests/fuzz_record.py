@@ -90,11 +90,20 @@ WORDS = {
     "beacon.list_next": (144, 8, False),
     "owner_token": (152, 8, False),
     "owner_pid_ns": (160, 8, False),
-    "lock_pad": (168, 8, False),
+    "owner_started": (168, 8, False),
+    "owner_tid": (176, 4, False),
+    "lock_pad": (184, 8, False),
 }
 HEADER_SIZE = 192
 RECORD_ALIGN = 64
 BEACON = (112, 152)  # the pthread_mutex_t's bytes
+# What a writer trusts co-writers with (docs/implementation.md, "Whom a
+# writer trusts"): glibc's robust-list links inside the beacon, which its
+# unlock follows, and the beacon's word, where a value that reads as the
+# kernel's death mark (FUTEX_OWNER_DIED, no thread id) hands a live
+# holder's beacon to the next taker.  A writer's crash is tolerated only
+# while a co-tenant rewrites these.
+TRUSTED = ((112, 116), (136, 152))
 SEQLOCK_READY = 0x59444552
 FUTEX_WAITERS = 0x80000000
 FUTEX_OWNER_DIED = 0x40000000
@@ -797,9 +806,9 @@ def run_case(case, *, python=None):
     result["failures"] lists what breaks the promise: crashes, hangs,
     overtime calls, unexpected exceptions, bytes written outside the
     record; each {"kind", "role", "index", "mode", ...}.  A writer crash
-    while a co-tenant rewrites the beacon ("during") is listed with
-    "tolerated": True (the trust model lets a writer trust co-writers with
-    its beacon)."""
+    while a co-tenant rewrites the beacon's word or its robust-list links
+    ("during", TRUSTED) is listed with "tolerated": True (the trust model
+    lets a writer trust co-writers with those)."""
     case = normalise_case(json.loads(json.dumps(case)))
     python = python or sys.executable
     fields = case["fields"]
@@ -807,8 +816,8 @@ def run_case(case, *, python=None):
     _, _, _, _, size = geometry(fields)
     mode = case_mode(case)
     beacon_scribbled = any(
-        w["when"] == "during" and w["offset"] < BEACON[1] and w["offset"] + w["width"] > BEACON[0]
-        for w in case["writes"])
+        w["when"] == "during" and w["offset"] < hi and w["offset"] + w["width"] > lo
+        for w in case["writes"] for lo, hi in TRUSTED)
     shm = SharedFile(size, rng)
     work = tempfile.mkdtemp(prefix="seqlock-fuzz-")
     env = _child_env()

@@ -296,9 +296,12 @@ HEADER_OFFSETS = {
     "beacon_spins": (132, "I"),
     "beacon_list_prev": (136, "Q"),
     "beacon_list_next": (144, "Q"),
-    # who holds the lock word: its token, then its PID namespace's inode
+    # who holds the lock word: its token, its PID namespace's inode, its
+    # thread's start time and id (seqlock_t.owner)
     "owner_token": (152, "Q"),
     "owner_pid_ns": (160, "Q"),
+    "owner_started": (168, "Q"),
+    "owner_tid": (176, "I"),
 }
 
 READY_WORD = 0x59444552  # "REDY"

@@ -3693,19 +3693,11 @@ test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone(void)
     CHECK(second == ETIMEDOUT);
 }
 
-/* A holder gone in a gap that said it lives in our PID namespace is taken
- * over after 1 ms (two threads of one namespace never share an id, so the
- * kernel cannot mark the taker's beacon for the holder's death); one of
- * another namespace, or that never said, after 100 ms. */
-static void
-enter_a_gap_of_namespace(seqlock_t *sl, uint64_t token, uint64_t pid_ns)
-{
-    atomic_store(&sl->owner_token, 0);
-    atomic_store(&sl->owner_pid_ns, pid_ns);
-    atomic_store(&sl->owner_token, token);
-    enter_a_gap_as(sl, token);
-}
-
+/* A holder found in a gap (word held, beacon free): if it recorded that it
+ * lives in our PID namespace, /proc tells whether it is alive; a dead one
+ * is taken over at once, a live one never (it is preempted or stopped in
+ * its gap, or its beacon's word was rewritten: it will finish); one of
+ * another namespace, or whose record is not its own, after 100 ms. */
 static uint64_t
 our_pid_namespace(void)
 {
@@ -3713,60 +3705,176 @@ our_pid_namespace(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
+/* /proc/self/task/<tid>/stat's start time (field 22) of thread tid. */
+static uint64_t
+thread_started_at(pid_t tid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p != NULL && field < 22; field++) {
+        p = strchr(p + 1, ' ');
+    }
+    return p == NULL ? 0 : strtoull(p + 1, NULL, 10);
+}
+
 static void
-test_a_gap_holder_of_our_namespace_is_taken_over_after_1_ms(void)
+enter_a_gap_of(seqlock_t *sl, uint64_t token, uint64_t pid_ns, pid_t tid,
+               uint64_t started)
+{
+    atomic_store(&sl->owner.token, 0);
+    atomic_store(&sl->owner.pid_ns, pid_ns);
+    atomic_store(&sl->owner.started, started);
+    atomic_store(&sl->owner.tid, (uint32_t)tid);
+    atomic_store(&sl->owner.token, token);
+    enter_a_gap_as(sl, token);
+}
+
+static void
+test_a_dead_gap_holder_of_our_namespace_is_taken_over_at_once(void)
 {
     uint64_t ns = our_pid_namespace();
     if (ns == 0) {
         SKIP("/proc/self/ns/pid cannot be read here");
     }
+    pid_t child = fork();
+    if (child == 0) {
+        _exit(0);
+    }
+    CHECK(child > 0);
+    uint64_t started = thread_started_at(child); /* a zombie's, till reaped */
+    CHECK(reap(child));
     seqlock_t sl;
     CHECK(seqlock_init(&sl) == 0);
-    enter_a_gap_of_namespace(&sl, 42, ns);
+    enter_a_gap_of(&sl, 41, ns, child, started);
     int64_t t0 = now_ns();
     int err = seqlock_lock_excl_timed(&sl, 50 * MS);
     int64_t took = now_ns() - t0;
     if (err == 0 || err == EOWNERDEAD) {
         seqlock_unlock(&sl);
     }
-    printf("  gap of a holder of our namespace taken over after %.1f us\n",
-           us_of(took));
+    printf("  gap of a dead holder of our namespace taken over after %.1f "
+           "us\n", us_of(took));
     CHECK(err == 0);
 }
 
 static void
-test_a_gap_holder_of_another_namespace_is_not_taken_over_within_50_ms(void)
-{
-    uint64_t ns = our_pid_namespace();
-    seqlock_t sl;
-    CHECK(seqlock_init(&sl) == 0);
-    enter_a_gap_of_namespace(&sl, 42, ns + 1);
-    int other = seqlock_lock_excl_timed(&sl, 50 * MS);
-    enter_a_gap_of_namespace(&sl, 43, ns);
-    atomic_store(&sl.owner_token, 42); /* says: another holder's record */
-    int stale = seqlock_lock_excl_timed(&sl, 50 * MS);
-    if (other == 0 || stale == 0) {
-        seqlock_unlock(&sl);
-    }
-    CHECK(other == ETIMEDOUT);
-    CHECK(stale == ETIMEDOUT);
-}
-
-static void
-test_a_holder_records_its_token_and_namespace_when_it_takes_the_word(void)
+test_a_live_gap_holder_of_our_namespace_is_never_taken_over(void)
 {
     uint64_t ns = our_pid_namespace();
     if (ns == 0) {
         SKIP("/proc/self/ns/pid cannot be read here");
     }
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    enter_a_gap_of(&sl, 42, ns, me, thread_started_at(me));
+    int err = seqlock_lock_excl_timed(&sl, 150 * MS); /* past GAP_NS */
+    if (err == 0 || err == EOWNERDEAD) {
+        seqlock_unlock(&sl);
+    }
+    CHECK(err == ETIMEDOUT);
+}
+
+static void
+test_a_gap_holder_of_another_namespace_is_taken_over_after_the_gap_timeout(
+    void)
+{
+    uint64_t ns = our_pid_namespace();
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    enter_a_gap_of(&sl, 43, ns + 1, me, thread_started_at(me));
+    int early = seqlock_lock_excl_timed(&sl, 50 * MS);
+    int later = seqlock_lock_excl_timed(&sl, GIVE_UP_NS);
+    if (later == 0 || later == EOWNERDEAD) {
+        seqlock_unlock(&sl);
+    }
+    CHECK(early == ETIMEDOUT);
+    CHECK(later == 0);
+}
+
+static void
+test_a_holder_records_who_it_is_when_it_takes_the_word(void)
+{
+    uint64_t ns = our_pid_namespace();
+    if (ns == 0) {
+        SKIP("/proc/self/ns/pid cannot be read here");
+    }
+    pid_t me = (pid_t)syscall(SYS_gettid);
     seqlock_t sl;
     CHECK(seqlock_init(&sl) == 0);
     CHECK(seqlock_lock_excl_timed(&sl, 0) == 0);
-    uint64_t token = atomic_load(&sl.owner_token);
-    uint64_t pid_ns = atomic_load(&sl.owner_pid_ns);
+    struct seqlock_owner o;
+    memcpy(&o, &sl.owner, sizeof o);
     seqlock_unlock(&sl);
-    CHECK(token == seqlock_self());
-    CHECK(pid_ns == ns);
+    CHECK(atomic_load(&o.token) == seqlock_self());
+    CHECK(atomic_load(&o.pid_ns) == ns);
+    CHECK(atomic_load(&o.tid) == (uint32_t)me);
+    CHECK(atomic_load(&o.started) == thread_started_at(me));
+}
+
+static void *
+hold_for_a_while(void *arg)
+{
+    seqlock_t *sl = arg;
+    if (seqlock_write_lock_timed(sl, 0) != 0) {
+        return NULL;
+    }
+    sleep_ms(300);
+    seqlock_close_section(sl);
+    seqlock_unlock(sl);
+    return NULL;
+}
+
+static void
+test_an_owner_died_bit_written_into_a_live_holders_beacon_is_no_death(void)
+{
+    /* The kernel's mark clears the dead thread's id from the word; a word
+     * with the bit and an id is another process's scribble: glibc would
+     * hand the live holder's beacon to the next taker. */
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, hold_for_a_while, &sl) == 0);
+    while (!seqlock_is_locked(&sl)) {
+        sched_yield();
+    }
+    sleep_ms(20);
+    __atomic_fetch_or(&sl.beacon.__data.__lock, FUTEX_OWNER_DIED,
+                      __ATOMIC_RELAXED);
+    int died = seqlock_owner_died(&sl);
+    int err = seqlock_lock_excl_timed(&sl, 50 * MS);
+    if (err == 0 || err == EOWNERDEAD) {
+        seqlock_unlock(&sl);
+    }
+    pthread_join(t, NULL);
+    int after = seqlock_write_lock_timed(&sl, GIVE_UP_NS);
+    if (after == 0 || after == EOWNERDEAD) {
+        write_sequnlock(&sl);
+    }
+    CHECK(!died);
+    CHECK(err == ETIMEDOUT);
+    CHECK(after == 0);
+}
+
+static void
+test_a_ready_word_zeroed_on_a_used_lock_never_remakes_its_beacon(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    write_seqlock(&sl);
+    write_sequnlock(&sl);
+    atomic_store(&sl.ready, 0);
+    int err = seqlock_lock_excl_timed(&sl, 0);
+    CHECK(err == EINVAL);
 }
 
 /* ==== record.h: a record kept as a latch ==== */
@@ -4242,10 +4350,15 @@ static const struct test tests[] = {
     TEST(test_a_gap_that_leaves_the_count_odd_is_taken_over_for_repair, PLAIN),
     TEST(test_a_holder_seen_in_two_different_gaps_is_not_taken_for_gone,
          PLAIN),
-    TEST(test_a_gap_holder_of_our_namespace_is_taken_over_after_1_ms, PLAIN),
-    TEST(test_a_gap_holder_of_another_namespace_is_not_taken_over_within_50_ms,
+    TEST(test_a_dead_gap_holder_of_our_namespace_is_taken_over_at_once,
+         FORKS_OR_SIGNALS),
+    TEST(test_a_live_gap_holder_of_our_namespace_is_never_taken_over, PLAIN),
+    TEST(test_a_gap_holder_of_another_namespace_is_taken_over_after_the_gap_timeout,
          PLAIN),
-    TEST(test_a_holder_records_its_token_and_namespace_when_it_takes_the_word,
+    TEST(test_a_holder_records_who_it_is_when_it_takes_the_word, PLAIN),
+    TEST(test_an_owner_died_bit_written_into_a_live_holders_beacon_is_no_death,
+         PLAIN),
+    TEST(test_a_ready_word_zeroed_on_a_used_lock_never_remakes_its_beacon,
          PLAIN),
     TEST(test_record_readers_see_the_committed_copy_while_a_section_is_open,
          PLAIN),
