@@ -3821,6 +3821,35 @@ test_a_holder_records_who_it_is_when_it_takes_the_word(void)
     CHECK(atomic_load(&o.started) == thread_started_at(me));
 }
 
+static void
+test_a_forks_child_records_itself_not_its_parents_thread(void)
+{
+    /* After fork() the child's only thread has another id and start time:
+     * a record naming the parent's would make a waiter think the child,
+     * dead in a gap, alive (the parent's thread lives on). */
+    uint64_t ns = our_pid_namespace();
+    if (ns == 0) {
+        SKIP("/proc/self/ns/pid cannot be read here");
+    }
+    struct shared_record *rec = shared_record_new();
+    CHECK(rec != NULL);
+    CHECK(seqlock_lock_excl_timed(&rec->lock, 0) == 0); /* the parent's */
+    seqlock_unlock(&rec->lock);
+    pid_t child = fork();
+    if (child == 0) {
+        int ok = seqlock_lock_excl_timed(&rec->lock, GIVE_UP_NS) == 0;
+        if (ok) {
+            seqlock_unlock(&rec->lock);
+        }
+        _exit(ok ? 0 : 1);
+    }
+    CHECK(child > 0);
+    CHECK(child_passed(child));
+    uint32_t recorded = atomic_load(&rec->lock.owner.tid);
+    shared_record_free(rec);
+    CHECK(recorded == (uint32_t)child);
+}
+
 static void *
 hold_for_a_while(void *arg)
 {
@@ -4356,6 +4385,8 @@ static const struct test tests[] = {
     TEST(test_a_gap_holder_of_another_namespace_is_taken_over_after_the_gap_timeout,
          PLAIN),
     TEST(test_a_holder_records_who_it_is_when_it_takes_the_word, PLAIN),
+    TEST(test_a_forks_child_records_itself_not_its_parents_thread,
+         FORKS_OR_SIGNALS),
     TEST(test_an_owner_died_bit_written_into_a_live_holders_beacon_is_no_death,
          PLAIN),
     TEST(test_a_ready_word_zeroed_on_a_used_lock_never_remakes_its_beacon,
