@@ -9,7 +9,6 @@ the object's reference count: bind ``read = rec.read`` in each reader
 thread for reads that scale with cores.)
 """
 
-import faulthandler as _faulthandler
 import functools as _functools
 from typing import Any as _Any, Callable as _Callable
 
@@ -36,8 +35,15 @@ def _keep_bus_guard(change: _Callable[..., _Any]) -> _Callable[..., _Any]:
     return changed
 
 
-for _name in ("enable", "disable", "register", "unregister"):
-    _change = getattr(_faulthandler, _name, None)
-    if _change is not None and not getattr(_change, "__seqlock_py_wrapped__", False):
-        setattr(_faulthandler, _name, _keep_bus_guard(_change))
-del _name, _change
+def _wrap_faulthandler() -> None:
+    try:
+        import faulthandler
+    except ImportError:  # an isolated subinterpreter: none to change there
+        return
+    for name in ("enable", "disable", "register", "unregister"):
+        change = getattr(faulthandler, name, None)
+        if change is not None and not getattr(change, "__seqlock_py_wrapped__", False):
+            setattr(faulthandler, name, _keep_bus_guard(change))
+
+
+_wrap_faulthandler()
