@@ -161,20 +161,25 @@ def run_storm(duration, mode, seed, roles=("reader", "ro", "waiter", "writer", "
     env = child_env()
     procs = []
     for i, role in enumerate(roles):
+        # cwd "/": a checkout's source seqlock_py/ must not shadow the build
         procs.append((role, subprocess.Popen([python, "-X", "faulthandler", "-c", ROLE, path, str(PRE), str(size), role, str(duration), str(seed * 100 + i)],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)))
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/")))
     for role, p in procs:  # every role attached before the first rewrite
         line = p.stdout.readline()
         if not line.startswith("attached"):
-            for _, q in procs:
+            errors = {}
+            for other, q in procs:
                 q.kill()
-            raise RuntimeError(f"a {role} could not attach: {line!r} {p.stderr.read()[-2000:]}")
+                errors[q.pid] = q.communicate()[1]
+            m.close()
+            os.unlink(path)
+            raise RuntimeError(f"a {role} could not attach: {line!r} {errors[p.pid][-2000:]}")
     # scribble: whole record; mode "nolinks" skips the trusted links 136-152
     lo, hi = 0, size
     skip = (136, 152) if mode == "nolinks" else ((112, 152) if mode == "nobeacon" else (0, 0))
     if mode == "header":
         hi = 192
-    scr = subprocess.Popen([python, "-c", SCRIB, path, str(PRE), str(size), str(duration), str(seed), str(lo), str(hi), str(skip[0]), str(skip[1])], stdout=subprocess.PIPE, text=True)
+    scr = subprocess.Popen([python, "-c", SCRIB, path, str(PRE), str(size), str(duration), str(seed), str(lo), str(hi), str(skip[0]), str(skip[1])], stdout=subprocess.PIPE, text=True, env=env, cwd="/")
     report = {"mode": mode, "seed": seed, "roles": []}
     deadline = time.monotonic() + duration + 20
     for role, p in procs:
