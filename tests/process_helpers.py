@@ -328,3 +328,17 @@ def assert_clean_exit(outcome, what):
         f"{what}: {describe_exit(code)}\n{output[-3000:]}"
     )
     return output
+
+
+# ---- the benchmarks' smoke tests ----
+
+
+def run_benchmark(script, *args, timeout=100):
+    """Run benchmarks/<script> with args in a fresh interpreter (-P: the
+    installed build); return its stdout, failing the test on a nonzero
+    exit."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / script
+    proc = subprocess.run([sys.executable, "-P", str(path), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

@@ -6,20 +6,15 @@ No timing is asserted: the numbers depend on the machine and its load.
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_latch.py"
+from process_helpers import run_benchmark
+
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, "-P", str(BENCH), *args],
-                          capture_output=True, text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return run_benchmark("bench_latch.py", *args)
 
 
 @pytest.mark.timeout(120)

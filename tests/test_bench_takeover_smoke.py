@@ -9,24 +9,20 @@ Only that every kill was classified, every next writer went on writing
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from process_helpers import run_benchmark
+
 import seqlock_py
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_takeover.py"
 CASES = ["update/contend", "section/contend", "hold/contend", "update/alone"]
 STATES = {"free", "beacon", "gap 1", "gap 2", "other"}
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, "-P", str(BENCH), *args],
-                          capture_output=True, text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return run_benchmark("bench_takeover.py", *args)
 
 
 @pytest.mark.timeout(120)

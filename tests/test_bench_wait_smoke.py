@@ -7,25 +7,21 @@ No timing is asserted: the numbers depend on the machine and its load.
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from process_helpers import run_benchmark
+
 import seqlock_py
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_wait.py"
 CONTENDERS = ["rec.wait(seq)", "await rec.wait_async(seq)",
               "poll: sleep(0.001)", "Condition.wait() / notify_all()"]
 KINDS = ["rec.update(x=v)", "with rec.write() as w: w.x = v"]
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, "-P", str(BENCH), *args],
-                          capture_output=True, text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return run_benchmark("bench_wait.py", *args)
 
 
 @pytest.mark.timeout(120)
