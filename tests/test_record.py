@@ -806,6 +806,14 @@ def test_attach_of_a_record_from_an_older_layout_version_names_both(shm, old):
         SeqRecord.attach(shm.buf, **MIXED)
 
 
+def test_attach_of_a_record_from_another_lock_abi_names_both_in_hex(shm):
+    SeqRecord.create(shm.buf, **MIXED)
+    mine = record_helpers.peek(shm.buf, "lock_abi")
+    record_helpers.poke(shm.buf, "lock_abi", 0xDEAD)
+    with pytest.raises(ValueError, match=f"lock ABI 0xdead, this build {mine:#x}"):
+        SeqRecord.attach(shm.buf, **MIXED)
+
+
 def test_attach_rejects_a_too_small_buffer(shm):
     created = SeqRecord.create(shm.buf, **MIXED)
     need = SeqRecord.buffer_size(**MIXED)
