@@ -5,24 +5,18 @@ Environment:
   SEQLOCK_SANITIZE=thread|address   build with that sanitizer (address also
                                     enables undefined-behaviour checks)
 """
+import glob
 import os
 import sys
 
 from setuptools import Extension, setup
 
-SOURCES = [
-    "src/module.c",
-    "src/seqlock_type.c",
-    "src/seqrecord_type.c",
-    "src/record_layout.c",
-    "src/lock_path.c",
-    "src/read_budget.c",
-    "src/memory_kind.c",
-    "src/news.c",
-    "src/bus_guard.c",
-    "src/seqlock.c",
-]
-DEPENDS = ["src/seqlock.h", "src/record.h", "src/binding.h", "src/compat.h", "src/bus_guard.h"]
+# The extension is the binding (src/_seqlock/) compiled with the C11 core
+# (src/libseqlock/, no Python in it): a new file in either folder needs no
+# edit here.
+CORE, BINDING = "src/libseqlock", "src/_seqlock"
+SOURCES = sorted(glob.glob(f"{BINDING}/*.c")) + sorted(glob.glob(f"{CORE}/*.c"))
+DEPENDS = sorted(glob.glob(f"{BINDING}/*.h")) + sorted(glob.glob(f"{CORE}/*.h"))
 
 
 def compiler_flags():
@@ -61,7 +55,7 @@ setup(
             "seqlock_py._seqlock",
             sources=SOURCES,
             depends=DEPENDS,
-            include_dirs=["src"],
+            include_dirs=[CORE, BINDING],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
         )

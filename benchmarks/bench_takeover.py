@@ -115,12 +115,12 @@ BLOCK = RECORD_AREA + 64
 NOT_YET = (1 << 63) - 1
 RUN_S = (0.020, 0.060)    # both write this long before the kill
 SLOW_MS = 50.0            # a takeover this slow is the gap timeout
-GAP_MS = 100.0            # GAP_NS of src/seqlock.c (both builds)
+GAP_MS = 100.0            # GAP_NS of src/libseqlock/seqlock.c (both builds)
 TIMEOUT = 10.0            # a child's line, a takeover
 CASES = ("update", "section", "hold", "update/alone")
 CLASSES = ("free", "beacon", "gap 1", "gap 2", "other")
 
-# The record's header words (src/record.h, version 3, x86-64 glibc; the
+# The record's header words (src/libseqlock/record.h, version 3, x86-64 glibc; the
 # same in both builds): tests/record_helpers.py's HEADER_OFFSETS.
 WORDS = {"sequence": (64, "Q"), "holder": (80, "Q"), "starving": (88, "Q"),
          "gaps": (96, "Q"), "ready": (104, "I"), "beacon": (112, "I")}

@@ -3,7 +3,7 @@
  * compiled and run as is.
  *
  * Build from the repository root:
- *     cc -Isrc tests/c/example.c src/seqlock.c -lpthread
+ *     cc -Isrc/libseqlock tests/c/example.c src/libseqlock/seqlock.c -lpthread
  */
 #include "seqlock.h"
 

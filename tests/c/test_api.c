@@ -1,5 +1,5 @@
 /*
- * test_api.c - one test per documented behaviour of src/seqlock.h (and of
+ * test_api.c - one test per documented behaviour of src/libseqlock/seqlock.h (and of
  * record.h's recovery of a dead writer's section)
  *
  * Each test_* function checks one promise from the header's comments; the
@@ -21,7 +21,8 @@
  * nap (struct sleeper).  Tests may read a seqlock_t's fields, and the 64-bit
  * tests store to its count (and to a seqcount_latch_t's).
  *
- * Build: cc -std=c11 -Isrc tests/c/test_api.c src/seqlock.c -lpthread
+ * Build: make -C tests/c test, or cc -std=c11 -Isrc/libseqlock tests/c/test_api.c
+ *        with every .c file of src/libseqlock and -lpthread
  */
 #define _GNU_SOURCE
 #include "seqlock.h"

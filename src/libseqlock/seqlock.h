@@ -77,7 +77,7 @@
  * The kernel's names are kept so that ported code compiles unchanged.  The
  * seqlock_* extensions add timeouts, error reporting, dead-owner recovery,
  * fork repair for process-private locks, and the word-wise copy helpers.
- * Build: cc -Isrc prog.c src/seqlock.c -lpthread
+ * Build: cc -Isrc prog.c src/libseqlock/seqlock.c -lpthread
  */
 #ifndef SEQLOCK_H
 #define SEQLOCK_H
