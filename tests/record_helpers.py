@@ -267,7 +267,7 @@ def process_die_in_write_section(name):
 # ---- the record's words, for tests that play a co-tenant ----
 
 #: Byte offsets of a record's header words from the start of its buffer:
-#: the version-4 layout of src/libseqlock/record.h (record_header, then its seqlock_t
+#: the version-5 layout of src/libseqlock/record.h (record_header, then its seqlock_t
 #: and the glibc pthread_mutex_t beacon in it), on x86-64 Linux with glibc.
 #: Tests that scribble on a live record write these words through another
 #: mapping, or through the buffer itself, as a co-tenant with write access

@@ -13,7 +13,7 @@ co-writer.  What a process that attached keeps, whatever those words say:
 - no crash, no abort, not even later, after the record is gone.
 
 The tests play the co-tenant with header.poke() (record_helpers:
-HEADER_OFFSETS, the version-4 layout of src/libseqlock/record.h).  Every victim runs
+HEADER_OFFSETS, the version-5 layout of src/libseqlock/record.h).  Every victim runs
 in a fresh interpreter with a deadline, so a crash or a hang fails its
 test.  A corrupted record may give wrong values or raise RuntimeError whose
 message says "corrupt"; nothing worse.  Each docstring ends with what

@@ -35,37 +35,6 @@
 #endif
 
 #define WAIT_SLICE_NS (50 * 1000 * 1000LL)
-#define NS_PER_SEC 1e9
-
-static int64_t
-monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* A deadline timeout_ns from now (-1: none), and the time left until it
- * (-1: for ever; 0: passed). */
-static int64_t
-deadline_after(int64_t timeout_ns)
-{
-    if (timeout_ns < 0) {
-        return -1;
-    }
-    int64_t now = monotonic_ns();
-    return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
-}
-
-static int64_t
-time_left(int64_t deadline)
-{
-    if (deadline < 0) {
-        return -1;
-    }
-    int64_t left = deadline - monotonic_ns();
-    return left > 0 ? left : 0;
-}
 
 /* ---- timeouts ---- */
 
@@ -92,7 +61,7 @@ timeout_to_ns(PyObject *timeout, int64_t *ns)
         PyErr_SetString(PyExc_ValueError, "timeout value must be positive");
         return -1;
     }
-    double whole_ns = ceil(seconds * NS_PER_SEC); /* round up, as threading */
+    double whole_ns = ceil(seconds * (double)SEQLOCK_NS_PER_SEC); /* round up, as threading */
     if (whole_ns >= (double)INT64_MAX) {
         PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
         return -1;
@@ -262,11 +231,11 @@ wait_in_slices(core_wait wait, bound_lock *b, int64_t timeout_ns,
     if (wait == core_lock_excl && check_record_lock(b) < 0) {
         return -1;
     }
-    int64_t deadline = deadline_after(timeout_ns);
+    int64_t deadline = seqlock_deadline(timeout_ns);
     for (;;) {
         int64_t slice = slice_ns;
         if (deadline >= 0) {
-            int64_t left = time_left(deadline);
+            int64_t left = seqlock_time_left(deadline);
             if (left == 0) {
                 return ETIMEDOUT;
             }

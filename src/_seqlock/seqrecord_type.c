@@ -541,7 +541,7 @@ attach_mismatch(const bound_record *guard, const record_header *found,
     case RECORD_OTHER_LOCK_ABI:
         PyErr_Format(PyExc_ValueError,
                      "the buffer's SeqRecord was created by a build with "
-                     "another C library or word size (lock ABI 0x%x, this "
+                     "another C library, word size or lock layout (lock ABI 0x%x, this "
                      "build 0x%x): processes sharing a record must agree",
                      c.lock_abi, RECORD_LOCK_ABI);
         return -1;

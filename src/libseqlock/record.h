@@ -55,12 +55,15 @@
 
 #define RECORD_MAGIC 0x52514553u /* "SEQR" little-endian */
 /* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch;
- * 4: the lock records its holder's PID namespace */
-#define RECORD_VERSION 4u
+ * 4: the lock records its holder's PID namespace; 5: lock_abi hashes every
+ * offset of seqlock_t.  A new layout of the header or of seqlock_t is a new
+ * version: the static_asserts below and in seqlock.h pin version 5's. */
+#define RECORD_VERSION 5u
 #define RECORD_ALIGN 64u
 
 /* Which lock layout the creator compiled in: processes sharing a record
- * must agree on the C library's pthread_mutex_t and the word size. */
+ * must agree on the C library's pthread_mutex_t, the word size and every
+ * offset of seqlock_t (SEQLOCK_LAYOUT_HASH). */
 #if defined(__GLIBC__)
 #define RECORD_LIBC 1u
 #elif defined(__linux__)
@@ -69,7 +72,8 @@
 #define RECORD_LIBC 3u
 #endif
 #define RECORD_LOCK_ABI \
-    ((uint32_t)(sizeof(seqlock_t) << 16 | sizeof(void *) << 8 | RECORD_LIBC))
+    SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_LAYOUT_HASH(seqlock_t), sizeof(void *)), \
+                 RECORD_LIBC)
 
 typedef struct record_header {
     _Atomic uint32_t magic; /* RECORD_MAGIC once initialised */
@@ -89,6 +93,16 @@ typedef struct record_header {
     ((sizeof(record_header) + RECORD_ALIGN - 1) / RECORD_ALIGN * RECORD_ALIGN)
 static_assert(offsetof(record_header, lock) == 64,
               "the lock starts the header's second cache line");
+static_assert(offsetof(record_header, magic) == 0
+                  && offsetof(record_header, version) == 4,
+              "every version has its magic and version words here");
+static_assert(offsetof(record_header, data_bytes) == 8
+                  && offsetof(record_header, layout_bytes) == 12
+                  && offsetof(record_header, lock_abi) == 16
+                  && offsetof(record_header, recoveries) == 20,
+              "record_header ABI (version 5)");
+static_assert(RECORD_VERSION == 5u,
+              "a new version: update the layout asserts here and in seqlock.h");
 
 static inline size_t
 record_round_up(size_t n, size_t to)
@@ -180,7 +194,7 @@ enum record_mismatch {
     RECORD_MATCHES = 0,
     RECORD_NO_MAGIC = 1,       /* no record here (or not yet created) */
     RECORD_OTHER_VERSION = 2,  /* h->version names the creator's */
-    RECORD_OTHER_LOCK_ABI = 3, /* another C library or word size */
+    RECORD_OTHER_LOCK_ABI = 3, /* another C library, word size or layout */
     RECORD_OTHER_LAYOUT = 4,   /* other fields */
     RECORD_TOO_SMALL = 5,      /* the memory ends before the record */
     RECORD_BROKEN_LOCK = 6,    /* the lock word was never set up, or is

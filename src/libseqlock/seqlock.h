@@ -51,7 +51,7 @@
  * namespace anyone lives in and however soon the thread id is reused, and
  * the next taker hears EOWNERDEAD.  (Used as the lock itself, a robust
  * mutex can be marked dead by a contender that dies trying it with the
- * holder's thread id, as pid 1 of another namespace has: seqlock.c.)
+ * holder's thread id, as pid 1 of another namespace has: lock.c.)
  *
  * Waiting never burns a core for long: a waiter spins briefly with a CPU
  * pause hint, then yields, then sleeps on a futex (not _PRIVATE, so a
@@ -77,11 +77,13 @@
  * The kernel's names are kept so that ported code compiles unchanged.  The
  * seqlock_* extensions add timeouts, error reporting, dead-owner recovery,
  * fork repair for process-private locks, and the word-wise copy helpers.
- * Build: cc -Isrc prog.c src/libseqlock/seqlock.c -lpthread
+ * Build: cc -Isrc/libseqlock prog.c with every .c file of src/libseqlock,
+ *        -lpthread (src/libseqlock/README.md)
  */
 #ifndef SEQLOCK_H
 #define SEQLOCK_H
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -124,8 +126,8 @@ typedef struct seqlock {
     pthread_mutex_t beacon;     /* robust, process-shared: the holder's */
     /* Who holds the lock word, as it wrote just after winning it, so that
      * a waiter of its PID namespace that finds it in a gap, or its beacon
-     * marked dead, can tell a live holder from a dead one (seqlock.c,
-     * "gaps").  The token is written last (0 while being written). */
+     * marked dead, can tell a live holder from a dead one (owner.c).
+     * The token is written last (0 while being written). */
     struct seqlock_owner {
         _Atomic uint64_t token;   /* the holder's token */
         _Atomic uint64_t pid_ns;  /* its PID namespace's inode; 1: unknown */
@@ -134,6 +136,57 @@ typedef struct seqlock {
         _Atomic uint32_t reserved;
     } owner;
 } seqlock_t;
+
+/* The layout of seqlock_t is an ABI: a seqlock_t in shared memory is read
+ * by every process that maps it, built perhaps from another checkout.  Each
+ * field's offset is pinned here (the beacon's size is the C library's, so
+ * the owner record follows it at the next 8-byte boundary), and
+ * SEQLOCK_LAYOUT_HASH(seqlock_t) folds every offset and the size into one
+ * number that record.h stores in a record's header: two builds whose
+ * layouts differ refuse each other's records.  A change here is a new
+ * record version (RECORD_VERSION in record.h). */
+#define SEQLOCK_OWNER_OFFSET \
+    ((48 + sizeof(pthread_mutex_t) + 7) / 8 * 8)
+static_assert(offsetof(seqlock_t, seqcount) == 0, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, wake_from) == 8, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, holder) == 16, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, starving) == 24, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, gaps) == 32, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, ready) == 40, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, abandoned) == 44, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, beacon) == 48, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, owner) == SEQLOCK_OWNER_OFFSET,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, owner.token) == SEQLOCK_OWNER_OFFSET,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, owner.pid_ns) == SEQLOCK_OWNER_OFFSET + 8,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, owner.started) == SEQLOCK_OWNER_OFFSET + 16,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, owner.tid) == SEQLOCK_OWNER_OFFSET + 24,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, owner.reserved) == SEQLOCK_OWNER_OFFSET + 28,
+              "seqlock_t ABI");
+static_assert(sizeof(seqlock_t) == SEQLOCK_OWNER_OFFSET + 32, "seqlock_t ABI");
+
+/* FNV-1a over 32-bit values, as a constant expression. */
+#define SEQLOCK_FNV_(hash, value) \
+    ((uint32_t)(((uint32_t)(hash) ^ (uint32_t)(value)) * 16777619u))
+/* One number for the layout of a type with seqlock_t's field names: its
+ * size, every field's offset and the beacon's size, in declaration order.
+ * A type whose fields are regrouped at the same size hashes differently. */
+#define SEQLOCK_LAYOUT_HASH(type) \
+    SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_( \
+    SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_( \
+    SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_(SEQLOCK_FNV_( \
+        2166136261u, sizeof(type)), \
+        offsetof(type, seqcount)), offsetof(type, wake_from)), \
+        offsetof(type, holder)), offsetof(type, starving)), \
+        offsetof(type, gaps)), offsetof(type, ready)), \
+        offsetof(type, abandoned)), offsetof(type, beacon)), \
+        sizeof(((type *)0)->beacon)), offsetof(type, owner.token)), \
+        offsetof(type, owner.pid_ns)), offsetof(type, owner.started)), \
+        offsetof(type, owner.tid)), offsetof(type, owner.reserved))
 
 /* A static initialiser for a process-private lock: the beacon is set up by
  * the first writer (seqlock_init() does it at once; use that for memory
@@ -191,7 +244,7 @@ void seqlock_destroy(seqlock_t *sl);
  */
 uint64_t seqlock_self(void);
 
-/* ---- the lock word (seqlock.c) ---- */
+/* ---- the lock word (lock.c) ---- */
 
 /**
  * seqlock_lock_excl_timed - take the lock word, leaving the sequence alone
@@ -286,7 +339,24 @@ void seqlock_drop_turn(seqlock_t *sl);
  */
 int seqlock_unlock(seqlock_t *sl);
 
-/* ---- readers' slow path (seqlock.c) ---- */
+/* ---- deadlines (parking.c) ---- */
+
+#define SEQLOCK_NS_PER_SEC 1000000000LL
+
+/**
+ * seqlock_deadline - the CLOCK_MONOTONIC time timeout_ns from now, in ns
+ * -1 (no deadline) for timeout_ns < 0; INT64_MAX if the sum would
+ * overflow.  For callers that wait in slices, each with the time left.
+ */
+int64_t seqlock_deadline(int64_t timeout_ns);
+
+/**
+ * seqlock_time_left - ns until deadline: -1 for none (deadline < 0), 0
+ * once it has passed.  Async-signal-safe.
+ */
+int64_t seqlock_time_left(int64_t deadline);
+
+/* ---- readers' slow path (read.c) ---- */
 
 /**
  * seqlock_read_begin_timed - wait until the sequence is even
@@ -316,7 +386,7 @@ int seqlock_owner_died(const seqlock_t *sl);
  * read_seqbegin().  Aborts on EDEADLK and EOWNERDEAD. */
 uint64_t seqlock_read_wait_(const seqlock_t *sl);
 
-/* ---- readers that wait for news (seqlock.c) ---- */
+/* ---- readers that wait for news (read.c) ---- */
 
 /**
  * seqlock_wait_for_change - sleep until a write section has ended since seq
@@ -381,7 +451,7 @@ void seqlock_irq_restore_(unsigned long depth);
 /* Fatal misuse: write a message to stderr and abort (async-signal-safe). */
 void seqlock_die_(const char *what);
 
-/* ---- fork() and process-private locks (seqlock.c) ---- */
+/* ---- fork() and process-private locks (fork.c) ---- */
 
 /**
  * struct seqlock_private - a lock in process-private memory, repaired in

@@ -3,7 +3,8 @@
  * compiled and run as is.
  *
  * Build from the repository root:
- *     cc -Isrc/libseqlock tests/c/example.c src/libseqlock/seqlock.c -lpthread
+ *     make -C tests/c test   (or cc -Isrc/libseqlock tests/c/example.c with
+ *     every .c file of src/libseqlock, -lpthread)
  */
 #include "seqlock.h"
 

@@ -1,0 +1,531 @@
+/*
+ * lock.c - the lock: taking and giving back the lock word and its beacon,
+ * write sections, and the kernel's API's slow paths (seqlock.h).  What
+ * each thread holds is in its own memory (thread.h); the beacon's glibc
+ * words are read only through beacon.h; who holds the word, and whether a
+ * holder found in a gap is gone, is owner.c's; sleeping is parking.h's.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "beacon.h"
+#include "count.h"
+#include "owner.h"
+
+#include <limits.h>
+
+#define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
+
+/*
+ * The lock word and its beacon.
+ *
+ * The lock word is `holder`: 0, or the holder's token, taken by a
+ * compare-and-swap.  The beacon is a robust, process-shared pthread mutex
+ * that the holder locks just after winning the word and unlocks just
+ * before giving it back; nobody else ever operates on it, except to take
+ * over from a dead holder.  When the holder dies, the kernel (robust futex
+ * list) marks the beacon FUTEX_OWNER_DIED, whatever PID namespace anyone
+ * lives in; a waiter that sees the mark takes the word from the dead token
+ * (one compare-and-swap wins), then the beacon (EOWNERDEAD).
+ *
+ * Why not the mutex as the lock itself: the kernel marks a robust mutex
+ * dead when a thread dies with it as its robust list's pending operation
+ * (inside pthread_mutex_trylock/lock/unlock) and the mutex's word holds
+ * the dying thread's id.  Ids are per PID namespace: pid 1 of one
+ * container is pid 1 of another.  A contended mutex is some thread's
+ * pending operation much of the time, and a contender that dies there with
+ * the holder's id (killed while trying) gets the live holder's lock marked
+ * dead and taken over.  Only the holder touching its beacon closes that:
+ * the only pending operations on a beacon are its own holder's.
+ *
+ * What is left: a holder that dies in the few instructions between
+ * winning the word and locking the beacon, or between unlocking the
+ * beacon and giving the word back (its gaps), leaves the word held and the
+ * beacon free and unmarked.  Just after winning the word a holder writes
+ * who it is (seqlock_t.owner: its PID namespace, thread id and start
+ * time), so a waiter of the same namespace that finds it in a gap asks
+ * /proc: a dead holder is taken over at once (after GAP_LOOK_NS, longer
+ * than a live holder's passing gap), a live one never (preempted or
+ * stopped in its gap, it will finish; and a beacon's word another process
+ * zeroed under a live holder is no gap).  A holder whose record says
+ * nothing of the kind (another namespace, or it died before writing it)
+ * is taken over after GAP_NS.  That is safe against the holder even if it
+ * is alive: a section is entered only with the beacon held (a holder in
+ * its first gap that finds the beacon taken backs off), and a holder in
+ * its second gap has closed its section.  Not sooner: such a holder has
+ * the beacon as its robust list's pending operation (in its first gap it
+ * is about to try the beacon; in its second, glibc's unlock names it
+ * pending until it returns), and if it is killed there, the kernel marks
+ * the beacon dead if its word holds the dying thread's id, which is the
+ * taker's: two threads share an id only in different PID namespaces
+ * (with a 1 ms timeout, a test's same-id writers in other namespaces
+ * had a live holder's beacon taken within seconds).  GAP_NS
+ * outlasts a preemption.  Neither gap makes a system call
+ * (release_lock_word()), but gaps hold atomic instructions on a contended
+ * cache line: 4-12 % of SIGKILLs of a flat-out writer landed in one
+ * (benchmarks/bench_takeover.py).  The kernel's own mark, too, is told
+ * from a rewrite: it clears the dead thread's id from the word, so a word
+ * marked dead that still names a thread was written by another process
+ * over a live holder's (beacon_state()).
+ *
+ * The lock's words are shared with every process that maps the lock, and
+ * any of them may rewrite them.  So what the caller holds is kept in the
+ * calling thread's own memory (held_lock below), never read back from
+ * `holder` or the count; the beacon's kind is checked before glibc sees it
+ * (another kind takes glibc down paths that assert), and its owner fields
+ * are put back before the unlock.  What cannot be checked is glibc's own
+ * robust-list links inside the mutex, which its unlock follows: a process
+ * that rewrites them during a section can make the holder's unlock write
+ * where it chooses.  Every process that can write a lock is therefore
+ * trusted with the memory of the threads that take it (as LMDB and
+ * Boost.Interprocess trust theirs); readers are not in that circle.
+ */
+
+
+int
+seqlock_init(seqlock_t *sl)
+{
+    seqcount_latch_init(&sl->seqcount);
+    atomic_init(&sl->wake_from, 0);
+    atomic_init(&sl->holder, 0);
+    atomic_init(&sl->starving, 0);
+    atomic_init(&sl->gaps, 0);
+    atomic_init(&sl->abandoned, 0);
+    atomic_init(&sl->owner.token, 0);
+    atomic_init(&sl->owner.pid_ns, 0);
+    atomic_init(&sl->owner.started, 0);
+    atomic_init(&sl->owner.tid, 0);
+    atomic_init(&sl->owner.reserved, 0);
+    int err = seqlock_beacon_init_(sl);
+    atomic_init(&sl->ready, err == 0 ? SEQLOCK_READY : 0);
+    return err;
+}
+
+void
+seqlock_destroy(seqlock_t *sl)
+{
+    if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+        == SEQLOCK_READY) {
+        (void)pthread_mutex_destroy(&sl->beacon);
+        atomic_store_explicit(&sl->ready, 0, memory_order_relaxed);
+    }
+}
+
+/* A SEQLOCK_UNLOCKED lock gets its beacon from the first taker.  Returns
+ * 0 (ready), EBUSY (another taker is setting it up: wait as for a held
+ * lock, within the caller's timeout) or EINVAL (`ready` holds garbage:
+ * not a seqlock, or overwritten). */
+static int
+ensure_ready(seqlock_t *sl)
+{
+    uint32_t state = atomic_load_explicit(&sl->ready, memory_order_acquire);
+    if (SEQLOCK_LIKELY(state == SEQLOCK_READY)) {
+        return 0;
+    }
+    if (state == INITIALISING) {
+        return EBUSY;
+    }
+    if (state != 0) {
+        return EINVAL;
+    }
+    if (!atomic_compare_exchange_strong(&sl->ready, &state, INITIALISING)) {
+        return state == SEQLOCK_READY ? 0 : EBUSY;
+    }
+    /* Set up only a lock nobody has used (a SEQLOCK_UNLOCKED one): a
+     * `ready` word rewritten to 0 on a used lock must not have the beacon
+     * made anew under its holder. */
+    if (atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0
+        || atomic_load_explicit(&sl->gaps, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&sl->ready, 0, memory_order_relaxed);
+        return EINVAL;
+    }
+    int err = seqlock_beacon_init_(sl);
+    atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
+                          memory_order_release);
+    return err;
+}
+
+int
+seqlock_check(const seqlock_t *sl)
+{
+    if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+        != SEQLOCK_READY) {
+        return EINVAL;
+    }
+    return beacon_kind_ok(sl) ? 0 : EINVAL;
+}
+
+int
+seqlock_owner_died(const seqlock_t *sl)
+{
+    if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
+        return 1;
+    }
+    /* The acquire load of `ready` orders the peek after the beacon's
+     * setup (a SEQLOCK_UNLOCKED lock gets it from its first writer). */
+    return atomic_load_explicit(&sl->holder, memory_order_relaxed) != 0
+           && atomic_load_explicit(&sl->ready, memory_order_acquire)
+                  == SEQLOCK_READY
+           && beacon_state(sl) == BEACON_MARKED_DEAD;
+}
+
+/*
+ * Fairness.  The lock word is taken by whoever tries first when it comes
+ * free (no queue), and a writer that releases and retakes at once can
+ * keep a sleeper out for ever (a reader's locking pass in a write storm).
+ * So a sleeper that has waited STARVE_NS names itself in `starving`; then
+ * others leave the free word to it (the release wakes every sleeper) for
+ * up to STARVE_GRACE_NS, after which they take it as if nobody were
+ * starving: a starving waiter that died or stopped cannot hold them off.
+ */
+
+/* Nonzero if another's starvation asks us to keep off the free word now. */
+static int
+keep_off(struct lock_thread *t, seqlock_t *sl, uint64_t me)
+{
+    uint64_t starving = atomic_load_explicit(&sl->starving,
+                                             memory_order_relaxed);
+    if (starving == 0 || starving == me) {
+        return 0;
+    }
+    int64_t now = monotonic_ns();
+    if (t->held_off.lock != sl) {
+        t->held_off.lock = sl;
+        t->held_off.since = now;
+        return 1;
+    }
+    if (now - t->held_off.since < STARVE_GRACE_NS) {
+        return 1;
+    }
+    /* The starving waiter did not come: forget it. */
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &starving, 0, memory_order_relaxed,
+        memory_order_relaxed);
+    t->held_off.lock = NULL;
+    return 0;
+}
+
+/* Take the word once: free, or from a holder dead (or gone in its gap for
+ * GAP_NS).  Returns 0, EOWNERDEAD (taken over from a holder that died or
+ * abandoned a section, or whose gap left the count odd: repair first),
+ * EBUSY, EINVAL (a corrupted beacon), or a pthread error, with the word
+ * given back.  On 0 and EOWNERDEAD, *h has the beacon's owner words. */
+static int
+try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
+              struct held_lock *held)
+{
+    int err = ensure_ready(sl);
+    if (err != 0) {
+        return err;
+    }
+    uint64_t h = atomic_load_explicit(&sl->holder, memory_order_relaxed);
+    int takeover = 0, dead = 0;
+    if (h == 0 && keep_off(t, sl, me)) {
+        return EBUSY;
+    }
+    t->held_off.lock = NULL;
+    if (h == me) {
+        /* Our token, though this thread holds no lock at this address:
+         * the same lock through another mapping of its memory.  Waiting
+         * would be for ourselves. */
+        return EDEADLK;
+    }
+    if (h != 0) {
+        switch (beacon_state(sl)) {
+        case BEACON_MARKED_DEAD:
+            dead = 1;
+            break;
+        case BEACON_FREE: /* a gap */
+            if (!seqlock_gap_holder_gone_(t, sl, h)) {
+                return EBUSY;
+            }
+            break;
+        default: /* held: by a live holder, whatever else its word says */
+            gap_ended(t);
+            return EBUSY;
+        }
+        takeover = 1;
+    }
+    gap_ended(t);
+    if (!beacon_kind_ok(sl)) {
+        return EINVAL;
+    }
+    /* A takeover that fails gives the word back to the holder it took it
+     * from: the holder's record of itself goes back with it. */
+    struct seqlock_owner theirs;
+    int have_theirs = takeover && seqlock_read_owner_(sl, &theirs);
+    if (!atomic_compare_exchange_strong_explicit(
+            &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
+        return EBUSY; /* another taker came first */
+    }
+    seqlock_publish_owner_(sl, t, me);
+    atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
+    err = pthread_mutex_trylock(&sl->beacon);
+    if (err == 0 || err == EOWNERDEAD) {
+        if (err == EOWNERDEAD) {
+            /* If we die repairing, the kernel marks the beacon again. */
+            (void)pthread_mutex_consistent(&sl->beacon);
+            dead = 1;
+        }
+        /* The beacon makes the lock ours.  A waiter that took our gap for
+         * a dead holder's may have the word for an instant: it gives it
+         * back when it finds the beacon taken, and our store wins. */
+        atomic_store_explicit(&sl->holder, me, memory_order_relaxed);
+        note_beacon_owner(sl, held);
+        /* A gap's holder has no section open (it has not opened one yet,
+         * or closed it), so there is nothing to repair, unless the count
+         * says otherwise. */
+        if (takeover && !dead && (seqlock_sequence(sl) & 1u)) {
+            dead = 1;
+        }
+        return dead ? EOWNERDEAD : 0;
+    }
+    /* EBUSY: a holder we took for gone locked its beacon after all; or
+     * the beacon is broken.  Give the word back. */
+    if (have_theirs) {
+        seqlock_write_owner_(sl, &theirs);
+    }
+    uint64_t mine = me;
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->holder, &mine, takeover ? h : 0, memory_order_release,
+        memory_order_relaxed);
+    return err == EBUSY ? EBUSY : err;
+}
+
+/* Take the word within timeout_ns: spin, yield, then sleep on the
+ * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT, EINVAL or a pthread
+ * error. */
+static int
+take_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
+               int64_t timeout_ns, struct held_lock *held)
+{
+    int err = try_lock_word(t, sl, me, held);
+    if (err != EBUSY) {
+        return err;
+    }
+    if (timeout_ns == 0) {
+        return ETIMEDOUT;
+    }
+    int64_t deadline = seqlock_deadline(timeout_ns);
+    int64_t first_sleep = 0;
+    int slept = 0;
+    for (unsigned round = 0;; round++) {
+        if (round < SPIN_ROUNDS) {
+            cpu_relax();
+        }
+        else if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
+            sched_yield();
+        }
+        else {
+            int64_t nap = next_nap_ns(deadline, WRITER_NAP_NS);
+            if (nap == 0) {
+                err = ETIMEDOUT;
+                break;
+            }
+            if (!slept) {
+                first_sleep = monotonic_ns();
+            }
+            else if (monotonic_ns() - first_sleep >= STARVE_NS) {
+                uint64_t none = 0;
+                (void)atomic_compare_exchange_strong_explicit(
+                    &sl->starving, &none, me, memory_order_relaxed,
+                    memory_order_relaxed);
+            }
+            if (atomic_load_explicit(&sl->ready, memory_order_acquire)
+                == SEQLOCK_READY) {
+                sleep_on_beacon(sl, nap);
+            }
+            else { /* another taker is setting the beacon up */
+                struct timespec ts = timespec_of(nap < MS_NS ? nap : MS_NS);
+                (void)nanosleep(&ts, NULL);
+            }
+            slept = 1;
+        }
+        err = try_lock_word(t, sl, me, held);
+        if (err != EBUSY) {
+            if (slept && (err == 0 || err == EOWNERDEAD)) {
+                keep_waiters_flag(sl);
+            }
+            break;
+        }
+        if (deadline >= 0 && round < SPIN_ROUNDS + YIELD_ROUNDS
+            && round % 16 == 15 && monotonic_ns() >= deadline) {
+            err = ETIMEDOUT;
+            break;
+        }
+    }
+    uint64_t mine = me; /* no longer waiting: taken, or given up */
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &mine, 0, memory_order_relaxed, memory_order_relaxed);
+    return err;
+}
+
+int
+seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns)
+{
+    struct lock_thread *t = this_thread();
+    if (find_held(t, sl) != NULL) {
+        return EDEADLK;
+    }
+    int err = reserve_held(t);
+    if (err != 0) {
+        return err;
+    }
+    uint64_t me = token_of(t);
+    struct held_lock held = {sl, NO_SECTION, me, 0, 0};
+    int saved_errno = errno;
+    err = take_lock_word(t, sl, me, timeout_ns, &held);
+    errno = saved_errno;
+    if (err != 0 && err != EOWNERDEAD) {
+        return err;
+    }
+    *held_at(t, t->held_count++) = held;
+    if (atomic_load_explicit(&sl->abandoned, memory_order_relaxed)) {
+        /* A taker before us could not repair this section: it is ours now,
+         * as from its dead writer. */
+        atomic_store_explicit(&sl->abandoned, 0, memory_order_relaxed);
+        err = EOWNERDEAD;
+    }
+    return err;
+}
+
+void
+seqlock_ask_turn(seqlock_t *sl)
+{
+    uint64_t none = 0;
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &none, seqlock_self(), memory_order_relaxed,
+        memory_order_relaxed);
+}
+
+void
+seqlock_drop_turn(seqlock_t *sl)
+{
+    uint64_t mine = seqlock_self();
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->starving, &mine, 0, memory_order_relaxed, memory_order_relaxed);
+}
+
+int
+seqlock_open_section(seqlock_t *sl)
+{
+    struct held_lock *h = find_held(this_thread(), sl);
+    if (h == NULL) {
+        return EPERM;
+    }
+    if (h->section != NO_SECTION) {
+        return EINVAL;
+    }
+    /* Make the count odd (it already is if a dead holder left its section
+     * open: adopt it): a latch switch (seqlock_latch()), whose first fence
+     * orders the last holder's stores before it and whose second orders it
+     * before the caller's data stores. */
+    uint64_t seq = seqlock_sequence(sl);
+    if (seq & 1u) {
+        h->section = seq - 1;
+        atomic_thread_fence(memory_order_release);
+    }
+    else {
+        h->section = seq;
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&sl->seqcount.sequence, seq + 1,
+                              memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+    }
+    return 0;
+}
+
+int
+seqlock_write_lock_timed(seqlock_t *sl, int64_t timeout_ns)
+{
+    int err = seqlock_lock_excl_timed(sl, timeout_ns);
+    if (err == 0 || err == EOWNERDEAD) {
+        (void)seqlock_open_section(sl);
+    }
+    return err;
+}
+
+int
+seqlock_close_section(seqlock_t *sl)
+{
+    struct held_lock *h = find_held(this_thread(), sl);
+    if (h == NULL) {
+        return EPERM;
+    }
+    if (h->section == NO_SECTION) {
+        /* A dead holder's section, taken over with the lock word */
+        uint64_t seq = seqlock_sequence(sl);
+        if (!(seq & 1u)) {
+            return EINVAL;
+        }
+        h->section = seq - 1;
+    }
+    end_section(sl, h->section);
+    h->section = NO_SECTION;
+    return 0;
+}
+
+/* Unlock the beacon, then give the word back: never the word first, or a
+ * contender would try a beacon its holder still holds (the one thing the
+ * beacon design rules out: see the top of this section).  Between the two
+ * lies the holder's second gap, which makes no system call, as kills
+ * land on system calls: glibc's unlock would wake a sleeping writer
+ * there, so the flag that asks it to is taken off first, and the sleepers
+ * are woken after the word is given back.  The word's compare-and-swap: a
+ * waiter that took it over in the gap has it now.  Returns 0, or
+ * ENOTRECOVERABLE (seqlock_unlock()). */
+static int
+release_lock_word(struct lock_thread *t, seqlock_t *sl, struct held_lock *h)
+{
+    struct held_lock held = *h;
+    forget_held(t, h);
+    restore_beacon_owner(sl, &held);
+    int sleepers = take_waiters_flag(sl);
+    atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
+    int err = pthread_mutex_unlock(&sl->beacon);
+    if (err != 0) { /* rewritten again after restore_beacon_owner(): once more */
+        restore_beacon_owner(sl, &held);
+        err = pthread_mutex_unlock(&sl->beacon);
+    }
+    uint64_t me = held.token;
+    (void)atomic_compare_exchange_strong_explicit(
+        &sl->holder, &me, 0, memory_order_release, memory_order_relaxed);
+    int starving = atomic_load_explicit(&sl->starving, memory_order_relaxed)
+                   != 0;
+    if (sleepers || starving) {
+        /* one, as glibc would; every one if the starving one must come */
+        wake_on_beacon(sl, starving ? INT_MAX : 1);
+    }
+    return err == 0 ? 0 : ENOTRECOVERABLE;
+}
+
+int
+seqlock_unlock(seqlock_t *sl)
+{
+    struct lock_thread *t = this_thread();
+    struct held_lock *h = find_held(t, sl);
+    if (h == NULL) {
+        return EPERM;
+    }
+    if (h->section != NO_SECTION) {
+        end_section(sl, h->section); /* never leave readers waiting */
+    }
+    return release_lock_word(t, sl, h);
+}
+
+int
+seqlock_abandon(seqlock_t *sl)
+{
+    struct lock_thread *t = this_thread();
+    struct held_lock *h = find_held(t, sl);
+    if (h == NULL) {
+        return EPERM;
+    }
+    if (h->section == NO_SECTION && !(seqlock_sequence(sl) & 1u)) {
+        return EINVAL;
+    }
+    atomic_store_explicit(&sl->abandoned, 1, memory_order_release);
+    int err = release_lock_word(t, sl, h);
+    seqlock_unpark_all_(low_half(&sl->seqcount.sequence)); /* readers: look again */
+    return err;
+}

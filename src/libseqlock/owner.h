@@ -1,0 +1,35 @@
+/*
+ * owner.h - who holds a lock word, and whether a holder found in a gap is
+ * gone (owner.c).  Internal to the core: not API.
+ */
+#ifndef SEQLOCK_OWNER_H
+#define SEQLOCK_OWNER_H
+
+#include "thread.h"
+
+/* Just after winning the word: say that we hold it, and who we are. */
+SEQLOCK_INTERNAL void seqlock_publish_owner_(seqlock_t *sl,
+                                             struct lock_thread *t,
+                                             uint64_t me);
+/* The owner record as it stands, read seqlock-style; 0 if torn. */
+SEQLOCK_INTERNAL int seqlock_read_owner_(const seqlock_t *sl,
+                                         struct seqlock_owner *o);
+/* Put an owner record back (a takeover that failed). */
+SEQLOCK_INTERNAL void seqlock_write_owner_(seqlock_t *sl,
+                                           const struct seqlock_owner *o);
+/* Take the word from holder h, found in a gap?  (The thread's gap_watch
+ * keeps how long it has seen h there.) */
+SEQLOCK_INTERNAL int seqlock_gap_holder_gone_(struct lock_thread *t,
+                                              const seqlock_t *sl,
+                                              uint64_t h);
+/* In a fork's child: the PID namespace is asked anew (unshare() may have
+ * put the child in another). */
+SEQLOCK_INTERNAL void seqlock_forget_namespace_(void);
+
+static inline void
+gap_ended(struct lock_thread *t)
+{
+    t->gap.lock = NULL;
+}
+
+#endif /* SEQLOCK_OWNER_H */
