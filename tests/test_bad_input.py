@@ -87,7 +87,7 @@ CASES = [
     ("read(non-callable)", lambda lock, rec: lock.read(42), TypeError),
     ("read_retry('0')", lambda lock, rec: lock.read_retry("0"), TypeError),
     ("read_retry(-2)", lambda lock, rec: lock.read_retry(-2), ValueError),
-    ("read_retry(2**64)", lambda lock, rec: lock.read_retry(2**64), ValueError),
+    ("read_retry(2**64)", lambda lock, rec: lock.read_retry(2**64), OverflowError),
     ("read_retry()", lambda lock, rec: lock.read_retry(), TypeError),
     ("read_begin(1)", lambda lock, rec: lock.read_begin(1), TypeError),
     # ---- SeqLock: re-entrancy and cross-thread misuse
@@ -162,3 +162,26 @@ def test_bad_input_raises_and_leaves_nothing_held(name, call, error):
     assert not lock.locked() and lock.sequence % 2 == 0
     assert not rec.locked() and rec.sequence % 2 == 0
     assert rec.read() == before  # a failed call never writes
+
+
+# ---- one converter per kind of argument: the same errors everywhere ----
+
+SEQUENCE_TAKERS = {
+    "SeqLock.read_retry": lambda lock, rec, seq: lock.read_retry(seq),
+    "SeqLock.wait": lambda lock, rec, seq: lock.wait(seq, 0),
+    "SeqRecord.wait": lambda lock, rec, seq: rec.wait(seq, 0),
+    "SeqLock.wait_async": lambda lock, rec, seq: lock.wait_async(seq, 0),
+    "SeqRecord.wait_async": lambda lock, rec, seq: rec.wait_async(seq, 0),
+}
+
+
+@pytest.mark.parametrize(
+    "seq, error",
+    [("0", TypeError), (1.0, TypeError), (-2, ValueError), (2**64, OverflowError)],
+    ids=["str", "float", "negative", "2**64"],
+)
+@pytest.mark.parametrize("taker", SEQUENCE_TAKERS, ids=list(SEQUENCE_TAKERS))
+def test_every_call_taking_a_sequence_number_refuses_a_bad_one_alike(taker, seq, error):
+    lock, rec = SeqLock(), SeqRecord(**FIELDS)
+    with pytest.raises(error):
+        SEQUENCE_TAKERS[taker](lock, rec, seq)

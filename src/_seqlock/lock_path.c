@@ -22,7 +22,7 @@
  * lock cannot deadlock against a read of that lock whose fn writes this
  * one.
  */
-#include "binding.h"
+#include "lock_path.h"
 
 #include <errno.h>
 #include <math.h>
@@ -35,75 +35,6 @@
 #endif
 
 #define WAIT_SLICE_NS (50 * 1000 * 1000LL)
-
-/* ---- timeouts ---- */
-
-int
-timeout_to_ns(PyObject *timeout, int64_t *ns)
-{
-    if (timeout == NULL || timeout == Py_None) {
-        *ns = -1;
-        return 0;
-    }
-    double seconds = PyFloat_AsDouble(timeout);
-    if (seconds == -1.0 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (isnan(seconds)) {
-        PyErr_SetString(PyExc_ValueError, "timeout value must not be NaN");
-        return -1;
-    }
-    if (seconds == -1.0) {
-        *ns = -1;
-        return 0;
-    }
-    if (seconds < 0) {
-        PyErr_SetString(PyExc_ValueError, "timeout value must be positive");
-        return -1;
-    }
-    double whole_ns = ceil(seconds * (double)SEQLOCK_NS_PER_SEC); /* round up, as threading */
-    if (whole_ns >= (double)INT64_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
-        return -1;
-    }
-    *ns = (int64_t)whole_ns;
-    return 0;
-}
-
-int
-acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns)
-{
-    if (timeout == Py_None) { /* as threading.Lock.acquire: -1, not None */
-        PyErr_SetString(PyExc_TypeError,
-                        "timeout must be a number (-1 waits for ever), not "
-                        "None");
-        return -1;
-    }
-    if (timeout_to_ns(timeout, ns) < 0) {
-        return -1;
-    }
-    if (!blocking) {
-        if (*ns != -1) {
-            PyErr_SetString(PyExc_ValueError,
-                            "can't specify a timeout for a non-blocking call");
-            return -1;
-        }
-        *ns = 0;
-    }
-    return 0;
-}
-
-int
-write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns)
-{
-    static char *keywords[] = {"timeout", NULL};
-    PyObject *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:write", keywords,
-                                     &timeout)) {
-        return -1;
-    }
-    return timeout_to_ns(timeout, ns);
-}
 
 /* ---- binding ---- */
 

@@ -13,7 +13,7 @@
  * second, 's' or 'p' fourth).  Only create() and attach() ask, with the
  * GIL; a bytearray's memory is private and writable without asking.
  */
-#include "binding.h"
+#include "memory_kind.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,18 @@
  * module.c - the seqlock_py._seqlock extension module: multi-phase init,
  * heap types kept in module state, no GIL needed.
  */
-#include "binding.h"
+#include "module.h"
+#include "bus_guard.h"
+
+/* __reduce__ of an object that cannot be pickled or copied (a lock, a
+ * record, a write section): every type of this module. */
+PyObject *
+reduce_refused(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
+                 Py_TYPE(self)->tp_name);
+    return NULL;
+}
 
 static int
 module_exec(PyObject *module)
@@ -57,6 +68,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->record_writer_type);
     Py_VISIT(state->array_field_type);
     Py_VISIT(state->waiter_type);
+    Py_VISIT(atomic_load(&state->news_module));
     return 0;
 }
 
@@ -70,6 +82,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->record_writer_type);
     Py_CLEAR(state->array_field_type);
     Py_CLEAR(state->waiter_type);
+    Py_XDECREF(atomic_exchange(&state->news_module, NULL));
     return 0;
 }
 

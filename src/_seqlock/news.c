@@ -11,7 +11,9 @@
  * own (a shared executor's few threads could all be taken by waits that
  * never end); cancelling the await cancels that thread's wait.
  */
-#include "binding.h"
+#include "news.h"
+#include "args.h"
+#include "module.h"
 
 typedef struct {
     PyObject_HEAD
@@ -23,40 +25,6 @@ typedef struct {
 } WaiterObject;
 
 /* ---- arguments ---- */
-
-/* A sequence number: an int from 0 to 2**64 - 1.  0 or -1 with TypeError,
- * ValueError (negative) or OverflowError. */
-static int
-sequence_from_object(PyObject *obj, uint64_t *seq)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError,
-                     "seq must be an int (a sequence number), not %.200s",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long long small = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (small == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow < 0 || (overflow == 0 && small < 0)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "seq must be a sequence number (0 or more)");
-        return -1;
-    }
-    unsigned long long value = (unsigned long long)small;
-    if (overflow > 0) {
-        value = PyLong_AsUnsignedLongLong(obj);
-        if (value == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_SetString(PyExc_OverflowError,
-                            "seq must be a sequence number below 2**64");
-            return -1;
-        }
-    }
-    *seq = value;
-    return 0;
-}
 
 /* (seq, timeout=None) of wait() and wait_async(), checked. */
 static int
@@ -230,16 +198,37 @@ PyType_Spec waiter_type_spec = {
 
 /* ---- the Python forms ---- */
 
-/* seqlock_py._news.<name>(*args) */
+/* seqlock_py._news.<name>(*args).  The module is imported on first use
+ * (it imports asyncio, which `import seqlock_py` should not pay for) and
+ * kept in the module state: one compare-and-swap decides which of two
+ * racing first imports is kept. */
 static PyObject *
-call_news(const char *name, PyObject *const *args, size_t nargs)
+call_news(PyObject *owner, const char *name, PyObject *const *args,
+          size_t nargs)
 {
-    PyObject *news = PyImport_ImportModule("seqlock_py._news");
-    if (news == NULL) {
+    module_state *state = PyType_GetModuleState(Py_TYPE(owner));
+    if (state == NULL) {
         return NULL;
     }
+    PyObject *news = atomic_load_explicit(&state->news_module,
+                                          memory_order_acquire);
+    if (news == NULL) {
+        PyObject *imported = PyImport_ImportModule("seqlock_py._news");
+        if (imported == NULL) {
+            return NULL;
+        }
+        PyObject *expected = NULL;
+        if (atomic_compare_exchange_strong_explicit(
+                &state->news_module, &expected, imported,
+                memory_order_acq_rel, memory_order_acquire)) {
+            news = imported;
+        }
+        else {
+            Py_DECREF(imported); /* the same module: another thread's */
+            news = expected;
+        }
+    }
     PyObject *fn = PyObject_GetAttrString(news, name);
-    Py_DECREF(news);
     if (fn == NULL) {
         return NULL;
     }
@@ -259,7 +248,7 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     PyObject *call[] = {owner, seq_obj, timeout};
-    return call_news("wait_async", call, 3);
+    return call_news(owner, "wait_async", call, 3);
 }
 
 PyObject *
@@ -271,5 +260,5 @@ news_changes(const char *name, PyObject *owner, PyObject *args,
         return NULL;
     }
     PyObject *call[] = {owner, timeout};
-    return call_news(name, call, 2);
+    return call_news(owner, name, call, 2);
 }

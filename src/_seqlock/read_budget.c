@@ -1,9 +1,9 @@
 /*
  * read_budget.c - the reader's retry budget shared by SeqLock and SeqRecord:
- * its Python attributes (max_retries, read_retries, read_fallbacks), and
- * the __reduce__ that refuses to pickle or copy a lock.
+ * its Python attributes (max_retries, read_retries, read_fallbacks).
  */
-#include "binding.h"
+#include "read_budget.h"
+#include "args.h"
 
 #include <limits.h>
 
@@ -53,38 +53,3 @@ read_budget_get_fallbacks(PyObject *self, void *offset)
         &budget_of(self, offset)->fallbacks, memory_order_relaxed));
 }
 
-PyObject *
-reduce_refused(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
-                 Py_TYPE(self)->tp_name);
-    return NULL;
-}
-
-int
-max_retries_from_object(PyObject *value)
-{
-    if (value == NULL) {
-        PyErr_SetString(PyExc_TypeError, "cannot delete max_retries");
-        return -1;
-    }
-    if (!PyLong_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "max_retries must be an int, not %.200s",
-                     Py_TYPE(value)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long n = PyLong_AsLongAndOverflow(value, &overflow);
-    if (n == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow < 0 || (!overflow && n < 0)) {
-        PyErr_SetString(PyExc_ValueError, "max_retries must not be negative");
-        return -1;
-    }
-    if (overflow > 0 || n > INT_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "max_retries is too large");
-        return -1;
-    }
-    return (int)n;
-}

@@ -8,7 +8,8 @@
  * struct.calcsize(rec.format) does, so rec.read_into() fills a buffer that
  * struct.unpack(rec.format, ...) or NumPy can read.
  */
-#include "binding.h"
+#include "record_layout.h"
+#include "record.h"
 
 #include <string.h>
 

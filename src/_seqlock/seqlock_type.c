@@ -9,7 +9,10 @@
  * still writes the object's reference count on a free-threaded build: the
  * interpreter's doing, not this file's.)
  */
-#include "binding.h"
+#include "module.h"
+#include "args.h"
+#include "lock_path.h"
+#include "news.h"
 
 #include <errno.h>
 
@@ -324,20 +327,8 @@ PyDoc_STRVAR(SeqLock_read_retry_doc,
 static PyObject *
 SeqLock_read_retry(SeqLockObject *self, PyObject *seq_obj)
 {
-    if (!PyLong_Check(seq_obj)) {
-        PyErr_Format(PyExc_TypeError,
-                     "read_retry() argument must be int, not %.200s",
-                     Py_TYPE(seq_obj)->tp_name);
-        return NULL;
-    }
-    unsigned long long seq = PyLong_AsUnsignedLongLong(seq_obj);
-    if (seq == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            return NULL;
-        }
-        PyErr_Clear(); /* negative, or above 2**64 - 1 */
-        PyErr_SetString(PyExc_ValueError,
-                        "seq is not a value read_begin() returns");
+    uint64_t seq;
+    if (sequence_from_object(seq_obj, &seq) < 0) {
         return NULL;
     }
     return PyBool_FromLong(seqlock_read_retry(&self->word, seq));

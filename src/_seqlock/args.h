@@ -1,0 +1,31 @@
+/*
+ * args.h - one converter per kind of argument (timeouts,
+ * sequence numbers, retry budgets), so that each kind is checked the same
+ * way, with the same errors, wherever it is passed (args.c).
+ */
+#ifndef SEQLOCK_PY_ARGS_H
+#define SEQLOCK_PY_ARGS_H
+
+#include "compat.h"
+
+#include <stdint.h>
+
+/* A timeout argument: None or -1 wait for ever (*ns = -1); else seconds,
+ * not negative, rounded up to a whole nanosecond (a tiny positive timeout
+ * still waits).  Returns 0, or -1 with ValueError/OverflowError/TypeError. */
+int timeout_to_ns(PyObject *timeout, int64_t *ns);
+
+/* threading.Lock.acquire(blocking, timeout) conventions, to *ns. */
+int acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns);
+
+/* The `timeout=None` keyword of a write() factory, to *ns. */
+int write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns);
+
+/* A sequence number: an int from 0 to 2**64 - 1.  0, or -1 with TypeError
+ * (not an int), ValueError (negative) or OverflowError (2**64 or more). */
+int sequence_from_object(PyObject *obj, uint64_t *seq);
+
+/* A max_retries value: an int from 0 to INT_MAX; -1 with an exception. */
+int max_retries_from_object(PyObject *value);
+
+#endif /* SEQLOCK_PY_ARGS_H */

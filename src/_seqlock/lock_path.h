@@ -1,0 +1,188 @@
+/*
+ * lock_path.h - the one path by which SeqLock and SeqRecord
+ * take, wait for and release their lock from Python (lock_path.c), and the
+ * lock-free reader built on it.
+ */
+#ifndef SEQLOCK_PY_LOCK_PATH_H
+#define SEQLOCK_PY_LOCK_PATH_H
+
+#include "compat.h"
+#include "bus_guard.h"
+#include "read_budget.h"
+#include "record.h"
+#include "seqlock.h"
+
+/* A record as the locking path sees it.  A SeqRecord embeds one. */
+typedef struct {
+    record_view view;    /* where it is: this process's own geometry */
+    int readonly;        /* attached to memory it may not write: writes
+                            refused, waits write nothing */
+    const void *guarded; /* in a file another process may truncate: its
+                            readers and waiters touch [guarded,
+                            +guarded_len) inside a bus_guard; NULL if its
+                            memory needs no guard */
+    size_t guarded_len;
+} bound_record;
+
+/* A seqlock as a Python object holds it.  Both types embed one. */
+typedef struct {
+    seqlock_t *sl;
+    const bound_record *record; /* a record kept as a latch (record.h): its
+                              readers never wait; NULL for a SeqLock */
+    PyObject *object;      /* the owner (borrowed): a thread of this
+                              process holding the lock keeps it alive */
+    _Atomic uint64_t held_refs; /* references taken so through this
+                              binding and not given back: any but the
+                              holder's own are a dead thread's */
+    read_budget budget;
+    seqlock_private_t private; /* tracked if the memory is private */
+} bound_lock;
+
+/* Outcomes of taking a lock (habit: one status type for every layer). */
+typedef enum {
+    LOCK_FAILED = -1,    /* an exception is set */
+    LOCK_TIMED_OUT = 0,
+    LOCK_TAKEN = 1,
+    LOCK_TAKEN_OVER = 2, /* from a holder that died: a record's section
+                            was discarded; a SeqLock's is the caller's */
+} lock_status;
+
+/* Bind sl to its owner.  memory: BOUND_PRIVATE if sl lives in memory no
+ * other process shares, so it is repaired in a fork's child (seqlock.h);
+ * BOUND_READ_ONLY if this process may not write it (a record attached to
+ * a read-only buffer).  The owner calls bound_lock_fini() from its
+ * dealloc. */
+#define BOUND_SHARED 0
+#define BOUND_PRIVATE 1
+#define BOUND_READ_ONLY 2
+#define BOUND_FILE 4
+void bound_lock_init(bound_lock *b, seqlock_t *sl,
+                     const bound_record *record, PyObject *owner, int memory);
+void bound_lock_fini(bound_lock *b);
+
+/* Open a write section within timeout_ns (-1: for ever): try, then wait
+ * detached from the interpreter in slices, running signal handlers between
+ * them.  A record's section changes copy 0 while readers read copy 1.
+ * RuntimeError if this thread holds the lock already or the lock's words
+ * are corrupted; TypeError for a read-only record. */
+lock_status lock_write(bound_lock *b, int64_t timeout_ns);
+
+/* Close the write section the calling thread holds and release the lock
+ * (a record's changes become visible together).  0, or -1 with
+ * RuntimeError if it holds none (not the holder, or a locking pass rather
+ * than a write section), or if the lock's beacon could not be released
+ * (corrupted: the owner then stays alive for good, its memory mapped). */
+int unlock_write(bound_lock *b);
+
+/* As unlock_write(), first putting a record back as the section found
+ * it (its body raised). */
+int abort_write(bound_lock *b);
+
+/* Take the lock word without opening a section (read_seqlock_excl), within
+ * timeout_ns (-1: for ever): the sequence stays even, so lock-free readers
+ * carry on.  A dead holder's section is discarded (a record) and closed
+ * first; a SeqLock's raises RuntimeError (and stays open, abandoned). */
+lock_status lock_excl(bound_lock *b, int64_t timeout_ns);
+void unlock_excl(bound_lock *b);
+
+/* A SeqLock reader's locking pass: copy(ctx, *seq) run holding the lock
+ * word against writers, its result in *result.  1 if the pass counts; 0
+ * if copy() waited for something (another lock, news) and so gave the
+ * lock word up (no thread sleeps holding a locking pass: see
+ * lock_path.c) and a write then overlapped it: retry; -1 with an
+ * exception if the lock could not be taken. */
+int locking_pass_of(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
+                    void *ctx, uint64_t *seq, int *result);
+
+/* The slow half of begin_read() (a SeqLock's readers; a record's never
+ * wait): wait detached until no writer is active.  RuntimeError if the
+ * writer died inside its section (its Python objects cannot be put
+ * back).  0 or -1. */
+int begin_read_waiting(bound_lock *b, uint64_t *seq);
+
+/* Start a lock-free read pass: *seq is the even count to check against. */
+static inline int
+begin_read(bound_lock *b, uint64_t *seq)
+{
+    if (SEQLOCK_LIKELY(seqlock_read_try_begin(b->sl, seq))) {
+        return 0;
+    }
+    return begin_read_waiting(b, seq);
+}
+
+/* Wait detached until a write section has ended since the state whose
+ * count is seq (seqlock_wait_for_change()): 1 with *now set to the new
+ * (even) count; 0 if timeout_ns (-1: for ever) passed first or *cancel
+ * (may be NULL) was set; -1 with RuntimeError if this thread holds the
+ * lock or a SeqLock's writer died in its section, with OSError if the
+ * file behind a record was truncated, or with what a signal handler
+ * raised.  A record's waiter is a reader: it never takes the lock; a dead
+ * writer's section is waited through (the next writer's commit is the
+ * news).  A read-only record's waiter writes nothing (it polls).  Waits
+ * in the main thread
+ * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
+ * sleeps until the news (or the core's 1 s nap). */
+int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
+                    const _Atomic uint32_t *cancel, uint64_t *now);
+
+/* For a context manager's __enter__: 0 if lock_write() took the lock; -1
+ * if it failed or (TimeoutError) timed out. */
+int entered_or_timed_out(lock_status taken);
+
+/*
+ * read_consistently - a SeqLock's reader: run copy(ctx, seq) until no
+ * write overlapped it
+ *
+ * Each pass waits while a writer is active (begin_read), then copies.
+ * copy() returns 0, or -1 with an exception; after a pass a write
+ * overlapped, discard(ctx) drops what it produced (whatever it saw may be
+ * torn) and returns 0 to retry or -1 to give up with the exception set.
+ * After max_retries overlapped passes in a row, the next ones run holding
+ * the lock word against writers (locking_pass_of()), so a reader always
+ * finishes.  *seq is the count the state was copied at.  Returns copy()'s
+ * result for the pass that counted.  (A record's reader is a latch
+ * reader, which never waits and never locks: seqrecord_type.c.)
+ */
+static inline int
+read_consistently(bound_lock *b, int (*copy)(void *ctx, uint64_t seq),
+                  int (*discard)(void *ctx), void *ctx, uint64_t *seq)
+{
+    int max_retries = read_budget_max(&b->budget);
+    for (int failed = 0;; failed++) {
+        int result;
+        if (SEQLOCK_UNLIKELY(failed > max_retries)) {
+            int counted = locking_pass_of(b, copy, ctx, seq, &result);
+            if (counted < 0) {
+                return -1;
+            }
+            if (counted) {
+                read_budget_count(&b->budget.fallbacks);
+                return result;
+            }
+        }
+        else {
+            if (begin_read(b, seq) < 0) {
+                return -1;
+            }
+            result = copy(ctx, *seq);
+            if (SEQLOCK_LIKELY(!seqlock_read_retry(b->sl, *seq))) {
+                return result;
+            }
+        }
+        read_budget_count(&b->budget.retries);
+        if (discard(ctx) < 0) {
+            return -1;
+        }
+    }
+}
+
+/* *result = fn(arg) inside a guard on r's guarded memory (bus_guard.h),
+ * or a plain call if it needs no guard; -1 with OSError if the file
+ * behind the memory is gone.  Needs the GIL. */
+int call_guarded(const bound_record *r, int (*fn)(void *arg), void *arg,
+                 int *result);
+
+/* The OSError of a record whose file was truncated. */
+void set_memory_gone(void);
+
+#endif /* SEQLOCK_PY_LOCK_PATH_H */

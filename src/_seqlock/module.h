@@ -1,0 +1,34 @@
+/*
+ * module.h - the _seqlock module's state and its types' specs
+ * (module.c), and what every type shares.
+ */
+#ifndef SEQLOCK_PY_MODULE_H
+#define SEQLOCK_PY_MODULE_H
+
+#include "compat.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct {
+    PyTypeObject *seqlock_type;
+    PyTypeObject *write_section_type;
+    PyTypeObject *seqrecord_type;
+    PyTypeObject *record_writer_type;
+    PyTypeObject *array_field_type;
+    PyTypeObject *waiter_type;
+    /* seqlock_py._news, imported on first use (news.c) */
+    _Atomic(PyObject *) news_module;
+} module_state;
+
+extern PyType_Spec seqlock_type_spec;
+extern PyType_Spec write_section_type_spec;
+extern PyType_Spec seqrecord_type_spec;
+extern PyType_Spec record_writer_type_spec;
+extern PyType_Spec array_field_type_spec;
+extern PyType_Spec waiter_type_spec;
+
+/* __reduce__ of an object that cannot be pickled or copied (module.c). */
+PyObject *reduce_refused(PyObject *self, PyObject *unused);
+
+#endif /* SEQLOCK_PY_MODULE_H */

@@ -1,0 +1,53 @@
+/*
+ * news.h - readers that wait for news: wait(), the
+ * cancellable waiter and the asyncio forms of both types (news.c).
+ */
+#ifndef SEQLOCK_PY_NEWS_H
+#define SEQLOCK_PY_NEWS_H
+
+#include "lock_path.h"
+
+/* (seq, value) for read_versioned(), stealing value; NULL if value is
+ * NULL or on failure. */
+PyObject *versioned(uint64_t seq, PyObject *value);
+/* wait(seq, timeout=None) of both types: True once a write section has
+ * ended since the state seq names, False on timeout. */
+PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
+#define NEWS_WAIT_DOC                                                        \
+    PyDoc_STR(                                                               \
+        "wait($self, /, seq, timeout=None)\n--\n\n"                          \
+        "Return True once a write section has ended since the state whose\n" \
+        "sequence number is seq (at once if one has), False if timeout\n"    \
+        "seconds pass first (None: wait until then).\n\n"                    \
+        "The thread sleeps on the sequence word (a futex, so a writer in\n"  \
+        "another process wakes it), releasing the GIL and using almost no\n" \
+        "CPU (a look once a second; every 50 ms in the main thread); a\n"   \
+        "write wakes sleepers only when there are any.  Ctrl-C interrupts\n" \
+        "the wait.  Raises RuntimeError if this thread holds the write "      \
+        "lock,\n"                                                            \
+        "or if a SeqLock's writer died inside its section (as read() does);\n" \
+        "a SeqRecord's dead writer's section is rolled back, which counts\n"  \
+        "as a write.")
+
+/* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
+#define NEWS_WAITER_DOC                                                      \
+    PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"                 \
+              "A cancellable wait(seq, timeout), for the asyncio forms.")
+#define NEWS_WAIT_ASYNC_DOC                                                  \
+    PyDoc_STR(                                                               \
+        "wait_async($self, /, seq, timeout=None)\n--\n\n"                    \
+        "A coroutine: await it for wait(seq, timeout)'s answer without\n"    \
+        "blocking the event loop.  The wait runs in a thread of its own;\n"  \
+        "cancelling the await ends that thread's wait at once.")
+/* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
+PyObject *news_waiter(PyObject *owner, bound_lock *b, PyObject *args,
+                      PyObject *kwargs);
+/* wait_async(seq, timeout=None): seqlock_py._news.wait_async's coroutine,
+ * its arguments checked now rather than at the first await. */
+PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);
+/* changes(*, timeout=None) or changes_async(*, timeout=None) (name): the
+ * generator of seqlock_py._news of that name, its timeout checked now. */
+PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,
+                       PyObject *kwargs);
+
+#endif /* SEQLOCK_PY_NEWS_H */

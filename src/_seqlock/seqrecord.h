@@ -1,0 +1,169 @@
+/*
+ * seqrecord.h - what the files of SeqRecord share: its objects (the
+ * record, the write section's RecordWriter, an array field's proxy), the
+ * reader's snapshot, and the writer's protocol (record_read.c,
+ * record_writer.c, seqrecord_type.c).
+ */
+#ifndef SEQLOCK_PY_SEQRECORD_H
+#define SEQLOCK_PY_SEQRECORD_H
+
+#include "lock_path.h"
+#include "module.h"
+#include "record_layout.h"
+
+typedef struct {
+    PyObject_HEAD
+    bound_lock lock;         /* the one locking path's view of rec */
+    bound_record rec;        /* where the record is (this process's own
+                                geometry, never re-read from the header),
+                                whether it may write it, what to guard */
+    record_layout *layout;
+    void *memory;    /* a record's own memory (SeqRecord()), else NULL */
+    Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
+    /* The token of a thread whose open section's RecordWriter was freed
+     * by another thread: it undoes that section at its next write. */
+    _Atomic uint64_t dropped_section;
+    /* Write sections this object opened (written by the holder only): a
+     * RecordWriter's section is the lock's current one only while this
+     * still counts what it did at __enter__, which "this thread holds the
+     * lock" alone does not tell after a take-over or a fork. */
+    _Atomic uint64_t sections;
+    PyObject *weakreflist;
+} SeqRecordObject;
+
+typedef struct {
+    PyObject_HEAD
+    SeqRecordObject *record;
+    int64_t timeout_ns;
+    _Atomic int active; /* between __enter__ and __exit__ */
+    uint64_t section;   /* record->sections when it entered */
+} RecordWriterObject;
+
+typedef struct {
+    PyObject_HEAD
+    RecordWriterObject *writer;
+    const field_spec *field;
+} ArrayFieldObject;
+
+/* Small snapshots are copied to the stack; larger ones to the heap. */
+#define STACK_SNAPSHOT_BYTES 512
+
+
+static inline module_state *
+state_of(PyObject *self)
+{
+    return PyType_GetModuleState(Py_TYPE(self));
+}
+
+/* ---- consistent snapshots (record_read.c) ---- */
+
+/* Latch read passes a reader makes with the interpreter released, once it
+ * has run out of lock-free retries, before it looks for signals again;
+ * one that may take the lock word tries it after fewer. */
+#define DETACHED_PASSES 1024
+
+/* Up to `passes` latch read passes of data bytes [offset, +n) into dst,
+ * yielding the CPU before each if `yield`; whole: one was not overlapped,
+ * with its count in seq. */
+typedef struct {
+    const record_view *rv;
+    read_budget *budget;
+    void *dst;
+    size_t offset, n;
+    int passes, yield;
+    seqlock_t *ask_turn_of; /* ask writers for a turn before each pass */
+    uint64_t seq;
+} latch_read;
+
+/* snapshot()'s slow path: 0, or -1 with an exception. */
+int snapshot_retrying(SeqRecordObject *self, latch_read *r);
+
+/* Copy data bytes [offset, +n) of one consistent snapshot into dst and
+ * store its sequence number in *seq: the count at the end of the section
+ * that wrote it (even; while a section is open, the count before it).
+ * A latch reader: it never waits for a writer and never takes the lock,
+ * so a writer stopped or dead at any point cannot hold it up.  A write
+ * storm that keeps overlapping its copies past max_retries makes it go
+ * on with the interpreter released, yielding the CPU between passes (so
+ * that writers of this process can finish, and a stop-the-world pause is
+ * not held up); read_fallbacks counts those reads.  0, or -1 with OSError
+ * (the file behind the record was truncated) or what a signal handler
+ * raised meanwhile. */
+static inline int
+snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+         uint64_t *seq)
+{
+    const bound_record *b = &self->rec;
+    bus_guard guard;
+    int whole;
+    if (b->guarded == NULL) {
+        whole = record_try_read(&self->rec.view, dst, offset, n, seq);
+    }
+    else {
+        bus_guard_arm(&guard, b->guarded, b->guarded_len);
+        if (bus_guard_enter(&guard) != 0) {
+            bus_guard_left(&guard);
+            set_memory_gone();
+            return -1;
+        }
+        whole = record_try_read(&self->rec.view, dst, offset, n, seq);
+        bus_guard_leave(&guard);
+    }
+    if (SEQLOCK_UNLIKELY(!whole)) {
+        latch_read r = {&self->rec.view, &self->lock.budget, dst, offset, n, 0, 0,
+                        NULL, 0};
+        if (snapshot_retrying(self, &r) < 0) {
+            return -1;
+        }
+        *seq = r.seq;
+    }
+    *seq &= ~(uint64_t)1;
+    return 0;
+}
+
+/* A buffer for n bytes of snapshot: the stack one if it fits. */
+static inline unsigned char *
+scratch(unsigned char *stack, size_t n)
+{
+    if (n <= STACK_SNAPSHOT_BYTES) {
+        return stack;
+    }
+    unsigned char *heap = PyMem_Malloc(n);
+    if (heap == NULL) {
+        PyErr_NoMemory();
+    }
+    return heap;
+}
+
+static inline void
+scratch_free(unsigned char *buf, unsigned char *stack)
+{
+    if (buf != stack) {
+        PyMem_Free(buf);
+    }
+}
+
+/* The field named by key, or NULL with KeyError. */
+static inline const field_spec *
+field_or_keyerror(SeqRecordObject *self, PyObject *key)
+{
+    const field_spec *f = layout_find(self->layout, key);
+    if (f == NULL && !PyErr_Occurred()) {
+        PyErr_SetObject(PyExc_KeyError, key);
+    }
+    return f;
+}
+
+/* ---- the writer's protocol (record_writer.c) ---- */
+
+/* Open a write section (lock_write()), first undoing a section of this
+ * thread's whose writer another thread freed. */
+lock_status begin_write(SeqRecordObject *self, int64_t timeout_ns);
+
+/* update(**values), as METH_FASTCALL | METH_KEYWORDS hands it over, into
+ * writer's section if one is given, else a section of its own.  0 or -1. */
+int update_fields(SeqRecordObject *self, RecordWriterObject *writer,
+                  PyObject *const *args, Py_ssize_t nargsf,
+                  PyObject *kwnames);
+
+#endif /* SEQLOCK_PY_SEQRECORD_H */
