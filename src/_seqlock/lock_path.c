@@ -331,12 +331,12 @@ lock_write(bound_lock *b, int64_t timeout_ns)
         return status;
     }
     keep_owner(b);
-    if (status == LOCK_TAKEN_OVER && b->record != NULL) {
-        /* Before the section opens: it switches readers to copy 1, which
-         * a holder that died finishing its section left half updated. */
-        (void)record_repair(&b->record->view);
+    if (b->record != NULL) {
+        record_open_section(&b->record->view, status == LOCK_TAKEN_OVER);
     }
-    (void)seqlock_open_section(b->sl);
+    else {
+        (void)seqlock_open_section(b->sl);
+    }
     if (status == LOCK_TAKEN_OVER && b->record == NULL
         && warn_taken_over() < 0) {
         return abandon_dead_section(b); /* refused: readers keep raising */
@@ -393,12 +393,11 @@ end_write(bound_lock *b, int rollback)
     if (check_write_holder(b) < 0) {
         return -1;
     }
-    if (b->record != NULL && rollback) {
-        record_abort(&b->record->view);
-    }
-    (void)seqlock_close_section(b->sl); /* even: readers to copy 0; wakes */
     if (b->record != NULL) {
-        record_finish(&b->record->view);
+        record_close_section(&b->record->view, rollback);
+    }
+    else {
+        (void)seqlock_close_section(b->sl); /* even; wakes sleepers */
     }
     return release_lock(b);
 }
@@ -433,9 +432,7 @@ lock_excl(bound_lock *b, int64_t timeout_ns)
     /* The dead holder's section: a record discards and closes it; a
      * SeqLock's reader cannot use it. */
     if (b->record != NULL) {
-        if (record_repair(&b->record->view)) {
-            (void)seqlock_close_section(b->sl);
-        }
+        record_close_dead_section(&b->record->view);
     }
     else if (seqlock_sequence(b->sl) & 1u) {
         PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);

@@ -376,4 +376,50 @@ record_repair(const record_view *v)
     return 1;
 }
 
+/* ---- the write protocol (the caller holds h->lock's lock word) ---- */
+
+/**
+ * record_open_section - open a write section on the record: its writes go
+ * to copy 0 while readers read copy 1.  took_over: the lock word was taken
+ * from a holder that died (EOWNERDEAD), so the copies are repaired first
+ * (a section it left half written is discarded, and this one adopts it).
+ */
+static inline void
+record_open_section(const record_view *v, int took_over)
+{
+    if (took_over) {
+        (void)record_repair(v);
+    }
+    (void)seqlock_open_section(v->lock);
+}
+
+/**
+ * record_close_section - close the write section: its changes stand, or
+ * (rollback) copy 0 is put back as the section found it.  The count's step
+ * switches readers to copy 0 and wakes sleepers; then copy 1 catches up.
+ * The caller then gives back the lock word.
+ */
+static inline void
+record_close_section(const record_view *v, int rollback)
+{
+    if (rollback) {
+        record_abort(v);
+    }
+    (void)seqlock_close_section(v->lock);
+    record_finish(v);
+}
+
+/**
+ * record_close_dead_section - holding the lock word without a section (a
+ * locking pass) taken from a holder that died: discard and close the
+ * section it left open, if any, so readers see the last committed state.
+ */
+static inline void
+record_close_dead_section(const record_view *v)
+{
+    if (record_repair(v)) {
+        (void)seqlock_close_section(v->lock);
+    }
+}
+
 #endif /* SEQLOCK_RECORD_H */
