@@ -65,6 +65,7 @@
 enum { WORDS = 8, WRITERS = 2, MAX_READERS = 64 };
 #define RECORD_WORDS WORDS
 #include "record_form.h"
+#include "validator.h"
 #define COUNT_START ((UINT64_C(1) << 32) - 6) /* 2^32 after three updates */
 #define PAUSE_MS 50
 #define PAUSE_EVERY_MS 200
@@ -482,19 +483,12 @@ run_phase(const char *name, int wide, double seconds, int nreaders)
 int
 main(int argc, char **argv)
 {
-    double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-    int nreaders = argc > 2 ? atoi(argv[2]) : 4;
-    if (argc > 3 || seconds <= 0 || nreaders < 1 || nreaders > MAX_READERS) {
-        fprintf(stderr, "usage: %s [seconds [readers (1..%d)]]\n", argv[0],
-                MAX_READERS);
-        return 2;
-    }
+    struct validator_args a = validator_args(argc, argv, MAX_READERS);
     /* A deadlock must fail the run, not hang it. */
-    alarm((unsigned)(4 * seconds) + 60);
+    alarm((unsigned)(4 * a.seconds) + 60);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    int failed = run_phase("latch_stress", 0, seconds, nreaders);
-    failed += run_phase("latch_stress (64-bit)", 1, seconds, nreaders);
-    printf("%d passed, %d failed\n", 2 - failed, failed);
-    return failed != 0;
+    int failed = run_phase("latch_stress", 0, a.seconds, a.readers);
+    failed += run_phase("latch_stress (64-bit)", 1, a.seconds, a.readers);
+    return validator_summary(failed);
 }

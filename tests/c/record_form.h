@@ -2,7 +2,7 @@
  * record_form.h - the validators' record: word[i] = a + i*K for i <
  * RECORD_WORDS, so every word follows from the first and a copy mixing two
  * writes breaks the form.  Shared by stress.c, latch_stress.c and
- * test_api.c, which set RECORD_WORDS before including it.
+ * harness.h, which set RECORD_WORDS before including it.
  */
 #ifndef RECORD_FORM_H
 #define RECORD_FORM_H

@@ -43,6 +43,7 @@
 enum { WORDS = 8, WRITERS = 2, MAX_READERS = 64 };
 #define RECORD_WORDS WORDS
 #include "record_form.h"
+#include "validator.h"
 
 static seqlock_t lock = SEQLOCK_UNLOCKED;
 static seqlock_word_t record[WORDS]; /* set to a = 0 before the start */
@@ -471,18 +472,11 @@ run_killed_writers(double seconds, int nreaders)
 int
 main(int argc, char **argv)
 {
-    double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-    int nreaders = argc > 2 ? atoi(argv[2]) : 4;
-    if (argc > 3 || seconds <= 0 || nreaders < 1 || nreaders > MAX_READERS) {
-        fprintf(stderr, "usage: %s [seconds [readers (1..%d)]]\n", argv[0],
-                MAX_READERS);
-        return 2;
-    }
+    struct validator_args a = validator_args(argc, argv, MAX_READERS);
     /* A deadlock must fail the run, not hang it. */
-    alarm((unsigned)(2 * seconds) + 60);
+    alarm((unsigned)(2 * a.seconds) + 60);
 
-    int failed = run_threads(seconds, nreaders);
-    failed += run_killed_writers(seconds, nreaders);
-    printf("%d passed, %d failed\n", 2 - failed, failed);
-    return failed != 0;
+    int failed = run_threads(a.seconds, a.readers);
+    failed += run_killed_writers(a.seconds, a.readers);
+    return validator_summary(failed);
 }

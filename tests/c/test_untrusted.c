@@ -1,0 +1,234 @@
+/*
+ * test_untrusted.c - a lock in memory other processes may rewrite: what a
+ * holder believes rests on its own memory, not on the lock's words; glibc
+ * is never handed a beacon of another kind (seqlock_check(),
+ * record_matches()); no rewrite makes a call spin or wait past its
+ * timeout, and a read-only waiter writes nothing
+ * (seqlock_wait_for_change_flags()).
+ */
+#include "harness.h"
+#include "record.h"
+
+/* ==== a lock in memory other processes may rewrite ==== */
+
+/* Any process that maps a lock may write its words at any moment.  What
+ * the holder believes comes from its own memory; glibc is never handed a
+ * beacon of another kind; no rewrite makes a call wait past its timeout. */
+
+static void
+test_what_a_thread_holds_does_not_rest_on_the_holder_word(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    CHECK(seqlock_write_lock_timed(&sl, 0) == 0);
+    atomic_store(&sl.holder, 0x1234); /* another process's scribble */
+    int held = seqlock_held(&sl);
+    int closed = seqlock_close_section(&sl);
+    int unlocked = seqlock_unlock(&sl);
+    int later = seqlock_lock_excl_timed(&sl, GIVE_UP_NS); /* a gap, then */
+    if (later == 0 || later == EOWNERDEAD) {
+        seqlock_unlock(&sl);
+    }
+    CHECK(held == SEQLOCK_HOLDS_SECTION);
+    CHECK(closed == 0 && unlocked == 0);
+    CHECK(later == 0);
+}
+
+static void
+test_another_threads_lock_is_not_mine_whatever_the_holder_word_says(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    atomic_store(&sl.holder, seqlock_self()); /* as if ours */
+    int held = seqlock_held(&sl);
+    int closed = seqlock_close_section(&sl);
+    int unlocked = seqlock_unlock(&sl);
+    CHECK(held == SEQLOCK_HOLDS_NOTHING);
+    CHECK(closed == EPERM && unlocked == EPERM);
+}
+
+static void
+test_a_section_closes_at_its_opening_count_plus_2_whatever_the_count_says(
+    void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    atomic_store(&sl.seqcount.sequence, 10);
+    CHECK(seqlock_write_lock_timed(&sl, 0) == 0);
+    atomic_store(&sl.seqcount.sequence, 4); /* flipped even mid-section */
+    int closed = seqlock_close_section(&sl);
+    uint64_t after = seqlock_sequence(&sl);
+    int unlocked = seqlock_unlock(&sl);
+    CHECK(closed == 0 && unlocked == 0);
+    CHECK(after == 12);
+}
+
+static void
+test_a_beacon_of_another_kind_is_einval_not_handed_to_glibc(void)
+{
+    /* glibc asserts on a priority-protect kind (0x40): SIGABRT */
+    static const int kinds[] = {0x40, 0xc0, 0x20, 0, 0x12345678};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        seqlock_t sl;
+        CHECK(seqlock_init(&sl) == 0);
+        int good = seqlock_check(&sl);
+        sl.beacon.__data.__kind = kinds[i];
+        int checked = seqlock_check(&sl);
+        int tried = seqlock_lock_excl_timed(&sl, 0);
+        int waited = seqlock_lock_excl_timed(&sl, 20 * MS);
+        CHECK(good == 0 && checked == EINVAL);
+        CHECK(tried == EINVAL && waited == EINVAL);
+    }
+}
+
+/* 1 if the calling thread's robust list (the kernel's view) links the
+ * beacon of sl. */
+static int
+robust_list_links(const seqlock_t *sl)
+{
+    struct robust_list_head *head;
+    size_t len;
+    if (syscall(SYS_get_robust_list, 0, &head, &len) != 0) {
+        return -1;
+    }
+    const struct robust_list *entry = head->list.next;
+    for (int n = 0; entry != &head->list && n < 4096; n++) {
+        if ((const char *)entry + head->futex_offset
+            == (const char *)&sl->beacon.__data.__lock) {
+            return 1;
+        }
+        entry = entry->next;
+    }
+    return 0;
+}
+
+static void
+test_a_beacon_word_rewritten_during_a_section_is_still_released(void)
+{
+    /* glibc refuses (EPERM) to unlock a mutex whose word names another
+     * thread, and leaves it on the robust list, where the kernel and the
+     * next robust mutex would follow it into memory since freed. */
+    seqlock_t *sl = malloc(sizeof *sl);
+    CHECK(sl != NULL && seqlock_init(sl) == 0);
+    CHECK(seqlock_write_lock_timed(sl, 0) == 0);
+    int linked = robust_list_links(sl);
+    __atomic_fetch_add(&sl->beacon.__data.__lock, 1, __ATOMIC_RELAXED);
+    sl->beacon.__data.__owner += 7;
+    int unlocked = seqlock_unlock(sl);
+    int still_linked = robust_list_links(sl);
+    free(sl);
+    CHECK(linked == 1);
+    CHECK(unlocked == 0);
+    CHECK(still_linked == 0);
+}
+
+static void
+test_a_ready_word_rewritten_never_makes_a_taker_spin(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    atomic_store(&sl.ready, 1); /* "being set up by a first taker" */
+    int64_t t0 = now_ns();
+    int tried = seqlock_lock_excl_timed(&sl, 0);
+    int waited = seqlock_lock_excl_timed(&sl, 20 * MS);
+    int64_t took = now_ns() - t0;
+    atomic_store(&sl.ready, 0xdeadbeef);
+    int garbage = seqlock_lock_excl_timed(&sl, -1);
+    CHECK(tried == ETIMEDOUT && waited == ETIMEDOUT);
+    CHECK(took < PROMPTLY_NS);
+    CHECK(garbage == EINVAL);
+}
+
+static void
+test_a_wait_through_death_is_not_told_eownerdead(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    atomic_store(&sl.seqcount.sequence, 5);
+    atomic_store(&sl.abandoned, 1);
+    uint64_t now = 0;
+    int told = seqlock_wait_for_change_flags(&sl, 4, 0, NULL, 0, &now);
+    int through = seqlock_wait_for_change_flags(
+        &sl, 4, 20 * MS, NULL, SEQLOCK_WAIT_THROUGH_DEATH, &now);
+    CHECK(told == EOWNERDEAD);
+    CHECK(through == ETIMEDOUT);
+}
+
+struct read_only_waiter {
+    const seqlock_t *sl;
+    int err;
+    uint64_t now;
+};
+
+static void *
+read_only_waiter_main(void *arg)
+{
+    struct read_only_waiter *w = arg;
+    w->err = seqlock_wait_for_change_flags(
+        w->sl, 0, GIVE_UP_NS, NULL,
+        SEQLOCK_WAIT_READ_ONLY | SEQLOCK_WAIT_THROUGH_DEATH, &w->now);
+    return NULL;
+}
+
+static void
+test_a_read_only_waiter_writes_nothing_and_sees_the_news(void)
+{
+    /* One page mapped twice: writable for the writer, read-only for the
+     * waiter, which would die of SIGSEGV if it wrote (announced itself). */
+    int fd = memfd_create("seqlock-read-only", 0);
+    CHECK(fd >= 0);
+    CHECK(ftruncate(fd, 4096) == 0);
+    seqlock_t *rw = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                         0);
+    const seqlock_t *ro = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(rw != MAP_FAILED && ro != MAP_FAILED);
+    CHECK(seqlock_init(rw) == 0);
+    uint64_t wake_from = atomic_load(&rw->wake_from);
+    struct read_only_waiter w = {ro, -1, 0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, read_only_waiter_main, &w) == 0);
+    sleep_ms(30);
+    write_seqlock(rw);
+    write_sequnlock(rw);
+    pthread_join(t, NULL);
+    uint64_t announced = atomic_load(&rw->wake_from);
+    munmap(rw, 4096);
+    munmap((void *)ro, 4096);
+    CHECK(w.err == 0 && w.now == 2);
+    CHECK(announced == wake_from); /* nothing written */
+}
+
+static void
+test_record_matches_refuses_a_beacon_of_another_kind(void)
+{
+    static const char layout[] = "x:q";
+    size_t size = record_size(sizeof layout - 1, 8);
+    record_header *h = aligned_alloc(64, record_round_up(size, 64));
+    CHECK(h != NULL);
+    CHECK(record_init(h, layout, sizeof layout - 1, 8) == 0);
+    int good = record_matches(h, size, layout, sizeof layout - 1, 8);
+    h->lock.beacon.__data.__kind = 0x40;
+    int bad = record_matches(h, size, layout, sizeof layout - 1, 8);
+    free(h);
+    CHECK(good == RECORD_MATCHES);
+    CHECK(bad == RECORD_BROKEN_LOCK);
+}
+
+/* ---- registration ---- */
+
+static const struct test tests[] = {
+    TEST(test_what_a_thread_holds_does_not_rest_on_the_holder_word, PLAIN),
+    TEST(test_another_threads_lock_is_not_mine_whatever_the_holder_word_says,
+         PLAIN),
+    TEST(test_a_section_closes_at_its_opening_count_plus_2_whatever_the_count_says,
+         PLAIN),
+    TEST(test_a_beacon_of_another_kind_is_einval_not_handed_to_glibc, PLAIN),
+    TEST(test_a_beacon_word_rewritten_during_a_section_is_still_released,
+         PLAIN),
+    TEST(test_a_ready_word_rewritten_never_makes_a_taker_spin, PLAIN),
+    TEST(test_a_wait_through_death_is_not_told_eownerdead, PLAIN),
+    TEST(test_a_read_only_waiter_writes_nothing_and_sees_the_news, PLAIN),
+    TEST(test_record_matches_refuses_a_beacon_of_another_kind, PLAIN),
+};
+REGISTER_TESTS(tests)
