@@ -400,7 +400,38 @@ test_write_lock_timed_reports_edeadlk_to_the_holder(void)
 
 /* ---- registration ---- */
 
+/* ---- deadlines ---- */
+
+static void
+test_a_negative_timeout_has_no_deadline_and_no_time_left_to_count(void)
+{
+    CHECK(seqlock_deadline(-1) == -1);
+    CHECK(seqlock_deadline(-5) == -1);
+    CHECK(seqlock_time_left(-1) == -1);
+}
+
+static void
+test_a_deadline_leaves_at_most_its_timeout_and_0_once_passed(void)
+{
+    int64_t second = seqlock_deadline(SEQLOCK_NS_PER_SEC);
+    int64_t left = seqlock_time_left(second);
+    CHECK(left > 0 && left <= SEQLOCK_NS_PER_SEC);
+    CHECK(seqlock_time_left(seqlock_deadline(0)) == 0);
+    CHECK(seqlock_time_left(1) == 0); /* long past */
+}
+
+static void
+test_a_deadline_too_far_to_count_saturates(void)
+{
+    CHECK(seqlock_deadline(INT64_MAX) == INT64_MAX);
+    CHECK(seqlock_time_left(INT64_MAX) > 0);
+}
+
 static const struct test tests[] = {
+    TEST(test_a_negative_timeout_has_no_deadline_and_no_time_left_to_count,
+         PLAIN),
+    TEST(test_a_deadline_leaves_at_most_its_timeout_and_0_once_passed, PLAIN),
+    TEST(test_a_deadline_too_far_to_count_saturates, PLAIN),
     TEST(test_static_initializer_is_unlocked_with_sequence_zero, PLAIN),
     TEST(test_static_lock_sets_up_its_beacon_on_first_lock, PLAIN),
     TEST(test_writers_racing_to_set_up_a_static_lock_all_get_it, PLAIN),

@@ -671,6 +671,119 @@ test_a_record_view_never_reads_its_geometry_from_the_header(void)
     CHECK(seen == 2 && same_copy && v.words == 1);
 }
 
+/* ---- record.h's write protocol ---- */
+
+static void
+test_record_close_section_commits_copy_0_and_brings_copy_1_up_to_date(void)
+{
+    record_view v = record_left_at(0); /* a section storing 2 is open */
+    CHECK(v.header != NULL);
+    record_close_section(&v, 0);
+    uint64_t seen = record_reader_sees(&v), copy1 = record_copy_value(&v, 1);
+    int even = !(seqlock_sequence(v.lock) & 1u);
+    seqlock_unlock(v.lock);
+    free(v.header);
+    CHECK(seen == 2 && copy1 == 2 && even);
+}
+
+static void
+test_record_close_section_with_rollback_leaves_the_state_the_section_found(void)
+{
+    record_view v = record_left_at(0);
+    CHECK(v.header != NULL);
+    uint64_t before = seqlock_sequence(v.lock) - 1;
+    record_close_section(&v, 1);
+    uint64_t seen = record_reader_sees(&v);
+    uint64_t copy0 = record_copy_value(&v, 0), copy1 = record_copy_value(&v, 1);
+    uint64_t after = seqlock_sequence(v.lock);
+    seqlock_unlock(v.lock);
+    free(v.header);
+    CHECK(seen == 1 && copy0 == 1 && copy1 == 1);
+    CHECK(after == before + 2); /* still a section: waiters hear of it */
+}
+
+static void
+test_record_open_section_after_a_takeover_discards_the_dead_section_first(void)
+{
+    /* The taker finds the dead holder's section open with copy 0 half
+     * written: it is put back and counted, and the taker adopts it. */
+    record_view v = record_left_at(0);
+    CHECK(v.header != NULL);
+    uint64_t opened_at = seqlock_sequence(v.lock);
+    int abandoned = seqlock_abandon(v.lock); /* odd, as a dead holder's */
+    int err = seqlock_lock_excl_timed(v.lock, 0);
+    record_open_section(&v, 1);
+    uint64_t copy0 = record_copy_value(&v, 0);
+    uint32_t recoveries = atomic_load(&v.header->recoveries);
+    uint64_t count = seqlock_sequence(v.lock);
+    record_close_section(&v, 0);
+    uint64_t seen = record_reader_sees(&v);
+    seqlock_unlock(v.lock);
+    free(v.header);
+    CHECK(abandoned == 0 && err == EOWNERDEAD);
+    CHECK(copy0 == 1 && recoveries == 1 && count == opened_at);
+    CHECK(seen == 1);
+}
+
+static void
+test_record_close_dead_section_closes_only_a_section_left_open(void)
+{
+    record_view open = record_left_at(0), closed = record_left_at(1);
+    CHECK(open.header != NULL && closed.header != NULL);
+    record_close_dead_section(&open);
+    record_close_dead_section(&closed);
+    int open_even = !(seqlock_sequence(open.lock) & 1u);
+    uint64_t open_seen = record_reader_sees(&open);
+    uint64_t closed_copy1 = record_copy_value(&closed, 1);
+    uint32_t closed_recoveries = atomic_load(&closed.header->recoveries);
+    seqlock_unlock(open.lock);
+    seqlock_unlock(closed.lock);
+    free(open.header);
+    free(closed.header);
+    CHECK(open_even && open_seen == 1);
+    CHECK(closed_copy1 == 2 && closed_recoveries == 0);
+}
+
+/* ---- a record's lock ABI ---- */
+
+/* seqlock_t's field names, two of its words regrouped: the same size. */
+typedef struct {
+    seqcount_latch_t seqcount;
+    _Atomic uint64_t holder; /* swapped with wake_from */
+    _Atomic uint64_t wake_from;
+    _Atomic uint64_t starving;
+    _Atomic uint64_t gaps;
+    _Atomic uint32_t ready;
+    _Atomic uint32_t abandoned;
+    pthread_mutex_t beacon;
+    struct seqlock_owner owner;
+} regrouped_seqlock;
+
+static void
+test_a_lock_regrouped_at_the_same_size_has_another_layout_hash(void)
+{
+    CHECK(sizeof(regrouped_seqlock) == sizeof(seqlock_t));
+    CHECK(SEQLOCK_LAYOUT_HASH(regrouped_seqlock)
+          != SEQLOCK_LAYOUT_HASH(seqlock_t));
+    CHECK(SEQLOCK_LAYOUT_HASH(seqlock_t) == SEQLOCK_LAYOUT_HASH(seqlock_t));
+}
+
+static void
+test_a_record_of_another_lock_abi_is_refused(void)
+{
+    static const char layout[] = "x:q";
+    size_t size = record_size(sizeof layout - 1, 8);
+    record_header *h = aligned_alloc(64, record_round_up(size, 64));
+    CHECK(h != NULL);
+    CHECK(record_init(h, layout, sizeof layout - 1, 8) == 0);
+    int mine = record_matches(h, size, layout, sizeof layout - 1, 8);
+    h->lock_abi ^= 1u;
+    int other = record_matches(h, size, layout, sizeof layout - 1, 8);
+    free(h);
+    CHECK(mine == RECORD_MATCHES);
+    CHECK(other == RECORD_OTHER_LOCK_ABI);
+}
+
 /* ---- registration ---- */
 
 static const struct test tests[] = {
@@ -711,6 +824,15 @@ static const struct test tests[] = {
          PLAIN),
     TEST(test_record_abort_puts_copy_0_back_from_copy_1, PLAIN),
     TEST(test_a_record_view_never_reads_its_geometry_from_the_header, PLAIN),
+    TEST(test_record_close_section_commits_copy_0_and_brings_copy_1_up_to_date,
+         PLAIN),
+    TEST(test_record_close_section_with_rollback_leaves_the_state_the_section_found,
+         PLAIN),
+    TEST(test_record_open_section_after_a_takeover_discards_the_dead_section_first,
+         PLAIN),
+    TEST(test_record_close_dead_section_closes_only_a_section_left_open, PLAIN),
+    TEST(test_a_lock_regrouped_at_the_same_size_has_another_layout_hash, PLAIN),
+    TEST(test_a_record_of_another_lock_abi_is_refused, PLAIN),
     TEST(test_read_retry_sees_a_write_across_the_2_to_32_boundary, PLAIN),
     TEST(test_read_retry_tells_counts_2_to_32_apart_where_read_seqretry_cannot,
          PLAIN),

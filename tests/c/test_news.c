@@ -203,6 +203,7 @@ test_section_end_in_another_process_wakes_a_waiter_for_change(void)
     int slept = news_waiter_start(&w, &rec->lock, NULL);
     pid_t child = fork();
     if (child == 0) {
+        alarm(CHILD_GUARD_S); /* a hung child fails the test, not the run */
         write_seqlock(&rec->lock);
         write_sequnlock(&rec->lock);
         _exit(0);
