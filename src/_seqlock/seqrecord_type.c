@@ -11,9 +11,10 @@
  * count: the interpreter's doing, and README's Benchmarks measure it.)
  *
  * Writes go through one write section each (update(), or the RecordWriter
- * that write() returns), which keeps an undo copy: a section that raises is
- * rolled back, and one whose process died is undone by the next process to
- * notice (record.h), so readers only ever see complete writes.
+ * that write() returns: record_writer.c), which changes copy 0 while
+ * readers read copy 1 (record.h): a section that raises is rolled back,
+ * and one whose process died is undone by the next writer, so readers only
+ * ever see complete writes, and never wait for them.
  */
 #include "seqrecord.h"
 

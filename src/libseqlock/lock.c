@@ -17,68 +17,27 @@
 #define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
 
 /*
- * The lock word and its beacon.
+ * The lock word and its beacon; the invariants this file keeps (why each
+ * holds is told once, in docs/implementation.md, "Owner identity and
+ * death"):
  *
- * The lock word is `holder`: 0, or the holder's token, taken by a
- * compare-and-swap.  The beacon is a robust, process-shared pthread mutex
- * that the holder locks just after winning the word and unlocks just
- * before giving it back; nobody else ever operates on it, except to take
- * over from a dead holder.  When the holder dies, the kernel (robust futex
- * list) marks the beacon FUTEX_OWNER_DIED, whatever PID namespace anyone
- * lives in; a waiter that sees the mark takes the word from the dead token
- * (one compare-and-swap wins), then the beacon (EOWNERDEAD).
- *
- * Why not the mutex as the lock itself: the kernel marks a robust mutex
- * dead when a thread dies with it as its robust list's pending operation
- * (inside pthread_mutex_trylock/lock/unlock) and the mutex's word holds
- * the dying thread's id.  Ids are per PID namespace: pid 1 of one
- * container is pid 1 of another.  A contended mutex is some thread's
- * pending operation much of the time, and a contender that dies there with
- * the holder's id (killed while trying) gets the live holder's lock marked
- * dead and taken over.  Only the holder touching its beacon closes that:
- * the only pending operations on a beacon are its own holder's.
- *
- * What is left: a holder that dies in the few instructions between
- * winning the word and locking the beacon, or between unlocking the
- * beacon and giving the word back (its gaps), leaves the word held and the
- * beacon free and unmarked.  Just after winning the word a holder writes
- * who it is (seqlock_t.owner: its PID namespace, thread id and start
- * time), so a waiter of the same namespace that finds it in a gap asks
- * /proc: a dead holder is taken over at once (after GAP_LOOK_NS, longer
- * than a live holder's passing gap), a live one never (preempted or
- * stopped in its gap, it will finish; and a beacon's word another process
- * zeroed under a live holder is no gap).  A holder whose record says
- * nothing of the kind (another namespace, or it died before writing it)
- * is taken over after GAP_NS.  That is safe against the holder even if it
- * is alive: a section is entered only with the beacon held (a holder in
- * its first gap that finds the beacon taken backs off), and a holder in
- * its second gap has closed its section.  Not sooner: such a holder has
- * the beacon as its robust list's pending operation (in its first gap it
- * is about to try the beacon; in its second, glibc's unlock names it
- * pending until it returns), and if it is killed there, the kernel marks
- * the beacon dead if its word holds the dying thread's id, which is the
- * taker's: two threads share an id only in different PID namespaces
- * (with a 1 ms timeout, a test's same-id writers in other namespaces
- * had a live holder's beacon taken within seconds).  GAP_NS
- * outlasts a preemption.  Neither gap makes a system call
- * (release_lock_word()), but gaps hold atomic instructions on a contended
- * cache line: 4-12 % of SIGKILLs of a flat-out writer landed in one
- * (benchmarks/bench_takeover.py).  The kernel's own mark, too, is told
- * from a rewrite: it clears the dead thread's id from the word, so a word
- * marked dead that still names a thread was written by another process
- * over a live holder's (beacon_state()).
- *
- * The lock's words are shared with every process that maps the lock, and
- * any of them may rewrite them.  So what the caller holds is kept in the
- * calling thread's own memory (held_lock below), never read back from
- * `holder` or the count; the beacon's kind is checked before glibc sees it
- * (another kind takes glibc down paths that assert), and its owner fields
- * are put back before the unlock.  What cannot be checked is glibc's own
- * robust-list links inside the mutex, which its unlock follows: a process
- * that rewrites them during a section can make the holder's unlock write
- * where it chooses.  Every process that can write a lock is therefore
- * trusted with the memory of the threads that take it (as LMDB and
- * Boost.Interprocess trust theirs); readers are not in that circle.
+ * - The lock word `holder` is 0 or its holder's token, taken by
+ *   compare-and-swap.  The holder locks its beacon just after winning the
+ *   word and unlocks it just before giving the word back; nobody else
+ *   operates on a beacon, except a taker over a holder that died.  So the
+ *   only pending robust-list operations on a beacon are its holder's, and
+ *   only the holder's death can mark it.
+ * - Between the word and the beacon lie the holder's two gaps.  A section
+ *   is entered only with the beacon held (a holder in its first gap that
+ *   finds the beacon taken backs off), and a holder in its second gap has
+ *   closed its section: taking over a gap is safe, and when is owner.c's
+ *   call.  Neither gap makes a system call (release_lock_word()).
+ * - What the caller holds is kept in its own memory (thread.h), never read
+ *   back from `holder` or the count; the beacon's kind is checked before
+ *   glibc sees it and its owner words are put back before the unlock
+ *   (beacon.h).  glibc's robust-list links inside the mutex cannot be
+ *   checked: every process that can write a lock is trusted with the
+ *   memory of the threads that take it; readers are not.
  */
 
 

@@ -30,9 +30,11 @@
  * Language Memory Models?", MSPC 2012):
  *   reader: acquire load of the counter; relaxed loads of the data words;
  *           acquire fence; relaxed re-load of the counter.
- *   writer: take the lock (acquire); counter+1 (relaxed); release fence;
- *           relaxed stores of the data words; counter+1 (release store);
- *           release the lock (release).
+ *   writer: take the lock (acquire); release fence, counter+1 (relaxed),
+ *           release fence; relaxed stores of the data words; release
+ *           fence, counter+1 (relaxed), release fence; release the lock
+ *           (release).  (Each increment between two release fences is a
+ *           latch switch too: seqlock_latch().)
  * If a reader's relaxed load saw any store made after the writer's release
  * fence, its acquire fence synchronises with that fence, so the re-load sees
  * the odd count and the read is retried.  Protected data are accessed only
@@ -42,16 +44,11 @@
  * sees a different count; the kernel API's unsigned values are its low half.
  *
  * The lock word holds its holder's token: 64 random bits per thread (new
- * in a fork's child), taken by compare-and-swap, so "is this lock mine?"
- * never rests on a thread id (which means something only in one PID
- * namespace, and is reused).  The holder also holds a beacon, a robust,
- * process-shared pthread mutex nobody else touches while it lives: when
- * the holder dies (killed process, exited thread) the kernel marks the
- * beacon FUTEX_OWNER_DIED from its robust-futex list, whatever PID
- * namespace anyone lives in and however soon the thread id is reused, and
- * the next taker hears EOWNERDEAD.  (Used as the lock itself, a robust
- * mutex can be marked dead by a contender that dies trying it with the
- * holder's thread id, as pid 1 of another namespace has: lock.c.)
+ * in a fork's child), so "is this lock mine?" never rests on a thread id.
+ * A holder that dies (killed process, exited thread) never wedges the
+ * lock, whatever PID namespace anyone lives in: the next taker hears
+ * EOWNERDEAD (through a robust mutex, the beacon, that only the holder
+ * touches: docs/implementation.md, "Owner identity and death").
  *
  * Waiting never burns a core for long: a waiter spins briefly with a CPU
  * pause hint, then yields, then sleeps on a futex (not _PRIVATE, so a
