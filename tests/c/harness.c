@@ -592,3 +592,28 @@ main(int argc, char **argv)
            counts[FAILED], counts[SKIPPED]);
     return counts[FAILED] ? 1 : 0;
 }
+
+/* ---- a record of one field ---- */
+
+static const char one_field_layout[] = "x:q";
+
+record_header *
+one_field_record(size_t *size)
+{
+    *size = record_size(sizeof one_field_layout - 1, 8);
+    record_header *h = aligned_alloc(64, record_round_up(*size, 64));
+    if (h != NULL
+        && record_init(h, one_field_layout, sizeof one_field_layout - 1, 8)
+               != 0) {
+        free(h);
+        h = NULL;
+    }
+    return h;
+}
+
+int
+one_field_record_matches(const record_header *h, size_t size)
+{
+    return record_matches(h, size, one_field_layout,
+                          sizeof one_field_layout - 1, 8);
+}

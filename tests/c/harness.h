@@ -35,6 +35,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* include this header first */
 #endif
+#include "record.h"
 #include "seqlock.h"
 
 #include <errno.h>
@@ -247,6 +248,14 @@ void idle_until_killed(void *arg);
 enum { WORDS = 4 };
 #define RECORD_WORDS WORDS
 #include "record_form.h"
+
+/* A record of one 8-byte field ("x:q") on the heap, laid out by
+ * record_init(), its size in *size; free() it.  NULL if it could not be
+ * made. */
+record_header *one_field_record(size_t *size);
+/* record_matches() of such a record against its own layout. */
+int one_field_record_matches(const record_header *h, size_t size);
+
 
 struct shared_record {
     seqlock_t lock;

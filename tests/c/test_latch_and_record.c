@@ -553,15 +553,13 @@ test_section_ending_at_2_to_32_wakes_a_sleeper(void)
 static record_view
 record_left_at(int stage)
 {
-    static const char layout[] = "x:q";
-    size_t size = record_size(sizeof layout - 1, 8);
-    record_header *h = aligned_alloc(64, record_round_up(size, 64));
+    size_t size;
+    record_header *h = one_field_record(&size);
     record_view none = {0};
-    if (h == NULL || record_init(h, layout, sizeof layout - 1, 8) != 0) {
-        free(h);
+    if (h == NULL) {
         return none;
     }
-    record_view v = record_view_of(h, sizeof layout - 1, 8);
+    record_view v = record_view_of(h, sizeof "x:q" - 1, 8);
     uint64_t one = 1, two = 2;
     if (seqlock_write_lock_timed(v.lock, 0) != 0) {
         free(h);
@@ -771,14 +769,12 @@ test_a_lock_regrouped_at_the_same_size_has_another_layout_hash(void)
 static void
 test_a_record_of_another_lock_abi_is_refused(void)
 {
-    static const char layout[] = "x:q";
-    size_t size = record_size(sizeof layout - 1, 8);
-    record_header *h = aligned_alloc(64, record_round_up(size, 64));
+    size_t size;
+    record_header *h = one_field_record(&size);
     CHECK(h != NULL);
-    CHECK(record_init(h, layout, sizeof layout - 1, 8) == 0);
-    int mine = record_matches(h, size, layout, sizeof layout - 1, 8);
+    int mine = one_field_record_matches(h, size);
     h->lock_abi ^= 1u;
-    int other = record_matches(h, size, layout, sizeof layout - 1, 8);
+    int other = one_field_record_matches(h, size);
     free(h);
     CHECK(mine == RECORD_MATCHES);
     CHECK(other == RECORD_OTHER_LOCK_ABI);
