@@ -44,7 +44,6 @@ summary, the machine and the load average.  Absolute numbers depend on the
 (shared, noisy) machine: compare within a run.
 """
 
-import argparse
 import array
 import functools
 import multiprocessing
@@ -59,11 +58,12 @@ from multiprocessing import shared_memory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (UNROLL, attach_shm, calibrate, call_loop,  # noqa: E402
-                     interpreter_info, interpreter_label, load_results,
-                     loadavg, machine_info, measured_on, parse_list,
-                     percentile, summary, time_sections, time_updates,
-                     write_json)
+from harness import (BenchParser, attach_shm,  # noqa: E402
+                     call_cost_table, call_costs, interpreter_label,
+                     load_results, measured_on, ns_per_op, parse_list,
+                     percentile, report_head, result_head,
+                     rounds_beside_writers, run_parts, summary,
+                     time_sections, time_updates)
 
 from seqlock_py import SeqLock, SeqRecord  # noqa: E402
 
@@ -75,7 +75,6 @@ BUSY_BELOW = 0.0005     # shorter holds busy-wait, longer ones sleep
 WRITER_PAUSE = 0.0001   # the writer sleeps this long between sections
 READ_PAUSE = 0.00005    # the reader sleeps this long between reads
 TIMEOUT = 120
-SLICES = 5              # cost, write: each round's time is the best of these
 THREADS_ONLY = ("SeqLock.read(fn), dict", "threading.Lock")
 
 
@@ -237,11 +236,9 @@ def bench_latency(args, out, log):
                      args=(rec_shm.name, raw_shm.name, mp_lock,
                            *sides["process"][1:]))
     rounds = {}
-    try:
-        tw.start()
-        pw.start()
-        for rnd in range(-1, args.repeats):
-            t0 = time.perf_counter()
+
+    def one_round(rnd):
+        try:
             for placement, (pairs, plan, barrier, results) in sides.items():
                 for item in (i for i in plan if i[0] == rnd):
                     _, name, hold_ms, seconds = item
@@ -252,20 +249,15 @@ def bench_latency(args, out, log):
                     if rnd >= 0:
                         row = {"reads": len(lat), "max_us": lat[-1] / 1e3}
                         for q in (50, 90, 99, 99.9):
-                            row[f"p{q:g}_us"] = percentile(lat, q / 100) / 1e3
+                            row[f"p{q:g}_us"] = percentile(lat,
+                                                           q / 100) / 1e3
                         rounds.setdefault((placement, name, hold_ms),
                                           []).append(row | writer)
-            log(f"# latency {'warm-up' if rnd < 0 else 'round'}"
-                f"{f' {rnd + 1}/{args.repeats}' if rnd >= 0 else ''}: "
-                f"{time.perf_counter() - t0:.1f} s")
-        tw.join(TIMEOUT)
-        pw.join(TIMEOUT)
-        if pw.exitcode != 0:
-            raise RuntimeError(f"writer process exit code {pw.exitcode}")
+        finally:  # an error's traceback keeps this frame: not the buffers
+            pairs = None  # noqa: F841
+    try:
+        rounds_beside_writers(tw, pw, args.repeats, one_round, log, TIMEOUT)
     finally:
-        if pw.is_alive():
-            pw.kill()
-            pw.join()
         sides.clear()  # the pairs hold the shared buffers
         pairs = None
         for shm in (rec_shm, raw_shm):
@@ -290,25 +282,11 @@ def bench_cost(args, out, log):
     for i in range(1000):  # a sequence past the cached small ints, as in use
         rec.update(a=float(i))
     buf = bytearray(rec.nbytes)
-    calls = {"rec.locked()": (rec.locked, None),
-             "callable(buf)": (callable, buf),
-             "rec.read()": (rec.read, None),
-             "rec.read_into(buf)": (rec.read_into, buf)}
-    n = {k: calibrate(lambda n: call_loop(fn, arg, n), args.call_seconds)
-         for k, (fn, arg) in calls.items()}
-    ns = {k: [] for k in calls}
-    for _ in range(args.repeats):
-        best = dict.fromkeys(calls, float("inf"))
-        for _ in range(SLICES):  # the calls take turns; preemption only adds
-            for k, (fn, arg) in calls.items():
-                best[k] = min(best[k], call_loop(fn, arg, n[k]))
-        for k in calls:
-            ns[k].append(best[k] / (n[k] * UNROLL) * 1e9)
-    base = ns["rec.locked()"]
-    out["cost"] = {
-        "ns": {k: summary(v) for k, v in ns.items()},
-        "ratio_to_locked": {k: summary([a / b for a, b in zip(v, base)])
-                            for k, v in ns.items() if k != "rec.locked()"}}
+    out["cost"] = call_costs({"rec.locked()": (rec.locked, None),
+                              "callable(buf)": (callable, buf),
+                              "rec.read()": (rec.read, None),
+                              "rec.read_into(buf)": (rec.read_into, buf)},
+                             args.call_seconds, args.repeats)
 
 
 # ---- write: ns per section against record size ---------------------------
@@ -322,17 +300,8 @@ def bench_write(args, out, log):
                                       else {}))
             for size in args.sizes}
     cases = [(kind, size) for size in args.sizes for kind in WRITES]
-    n = {(k, s): calibrate(functools.partial(WRITES[k], recs[s]),
-                           args.call_seconds) for k, s in cases}
-    ns = {c: [] for c in cases}
-    for _ in range(args.repeats):
-        best = dict.fromkeys(cases, float("inf"))
-        for _ in range(SLICES):
-            for kind, size in cases:
-                best[kind, size] = min(best[kind, size],
-                                       WRITES[kind](recs[size], n[kind, size]))
-        for c in cases:
-            ns[c].append(best[c] / n[c] * 1e9)
+    ns = ns_per_op({(k, s): functools.partial(WRITES[k], recs[s])
+                    for k, s in cases}, args.call_seconds, args.repeats)
     out["write"] = {"sizes": args.sizes, "kinds": list(WRITES),
                     "ns": [{"kind": k, "floats": s, **summary(ns[k, s])}
                            for k, s in cases], "slope": {}}
@@ -390,24 +359,9 @@ def latency_table(out):
 
 
 def cost_table(outs):
-    outs = [o for o in outs if "cost" in o]
-    if not outs:
-        return ""
-    names = list(outs[0]["cost"]["ns"])
-    head = "".join(f" {interpreter_label(o['interpreter'])}"
-                   f"{' ' + o['label'] if o.get('label') else ''}: ns |"
-                   " ÷ `rec.locked()` |" for o in outs)
-    lines = ["Read cost, 4-float record, one thread (medians of "
-             f"{outs[0]['repeats']} rounds; ratios taken per round):\n",
-             "| call |" + head, "| --- |" + " ---: | ---: |" * len(outs)]
-    for name in names:
-        row = f"| `{name}` |"
-        for o in outs:
-            r = o["cost"]["ratio_to_locked"].get(name)
-            row += (f" {o['cost']['ns'][name]['median']:.1f} |"
-                    + (f" {r['median']:.2f} |" if r else " 1 |"))
-        lines.append(row)
-    return "\n".join(lines) + "\n"
+    return call_cost_table(
+        outs, "cost", "Read cost, 4-float record, one thread (medians of "
+        "{repeats} rounds; ratios taken per round):\n")
 
 
 def write_table(outs):
@@ -438,12 +392,8 @@ def write_table(outs):
 
 
 def report(out, log=print):
-    info = out["interpreter"]
-    log(f"\n# bench_latch  {interpreter_label(info)}, GIL "
-        f"{'enabled' if info['gil_enabled'] else 'disabled'}, "
-        f"cpu_count={info['cpu_count']}, --seconds {out['seconds']:g} "
-        f"--repeats {out['repeats']}; load average {out['load_before']:.2f} "
-        f"before, {out['load_after']:.2f} after\n")
+    log(report_head("bench_latch", out, f"--seconds {out['seconds']:g} "
+                    f"--repeats {out['repeats']}"))
     if "latency" in out:
         log(latency_table(out))
     log(cost_table([out]))
@@ -499,63 +449,38 @@ def plot(paths, outdir):
 PARTS = {"latency": bench_latency, "cost": bench_cost, "write": bench_write}
 
 
+RESULT = "latch-"  # benchmarks/results/latch-<tag>.json
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny timings, one round (for tests)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help="reads per latency case, in seconds (default "
-                             "2; --quick 0.05)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="rounds, medians reported (default 5; "
-                             "--quick 1)")
-    parser.add_argument("--parts", type=parse_list, default=list(PARTS),
-                        help="comma-separated subset of " + ",".join(PARTS))
+    parser = BenchParser(__doc__, RESULT)
+    parser.add_seconds(2.0, 0.05, help="reads per latency case, in seconds")
+    parser.add_repeats()
+    parser.add_parts(PARTS)
     parser.add_argument("--holds", type=lambda t: parse_list(t, float),
                         default=list(HOLDS_MS), help="section lengths, ms")
     parser.add_argument("--sizes", type=lambda t: parse_list(t, int),
                         default=list(SIZES), help="record sizes, floats")
-    parser.add_argument("--label", default="",
-                        help="a note kept in the JSON (e.g. the build)")
-    parser.add_argument("--json", metavar="PATH",
-                        help="where to write the result (default "
-                             "benchmarks/results/latch-<tag>.json; "
-                             "--quick: nowhere)")
+    parser.add_label()
     parser.add_argument("--plot", nargs="+", metavar="JSON",
                         help="do not measure: draw reader_latency.png and "
                              "print the tables from these results")
-    parser.add_argument("--outdir", default=os.path.join(HERE, "results"),
-                        help="where --plot writes the PNG")
+    parser.add_outdir()
     args = parser.parse_args(argv)
     if args.plot:
         return plot(args.plot, args.outdir)
-    if args.seconds is None:
-        args.seconds = 0.05 if args.quick else 2.0
-    if args.repeats is None:
-        args.repeats = 1 if args.quick else 5
     args.call_seconds = min(0.04, args.seconds / 5)
     if (args.seconds <= 0 or args.repeats < 1 or set(args.parts) - set(PARTS)
             or min(args.sizes) < 1 or min(args.holds) < 0):
         parser.error("--seconds positive, --repeats and --sizes at least 1, "
                      "--holds not negative, --parts from " + ",".join(PARTS))
 
-    out = {"interpreter": interpreter_info(), "machine": machine_info(),
-           "label": args.label, "seconds": args.seconds,
-           "repeats": args.repeats, "holds_ms": args.holds,
-           "writer_pause_s": WRITER_PAUSE, "read_pause_s": READ_PAUSE,
-           "busy_wait_below_s": BUSY_BELOW, "load_before": loadavg(),
-           "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
-    for part in args.parts:
-        PARTS[part](args, out, print)
-    out["load_after"] = loadavg()
-    report(out)
-    path = args.json
-    if path is None and not args.quick:
-        path = os.path.join(HERE, "results",
-                            f"latch-{out['interpreter']['tag']}.json")
-    if path:
-        write_json(path, out)
-    return 0
+    out = result_head({"label": args.label, "seconds": args.seconds,
+                       "repeats": args.repeats, "holds_ms": args.holds,
+                       "writer_pause_s": WRITER_PAUSE,
+                       "read_pause_s": READ_PAUSE,
+                       "busy_wait_below_s": BUSY_BELOW})
+    return run_parts(args, out, PARTS, report, RESULT)
 
 
 if __name__ == "__main__":

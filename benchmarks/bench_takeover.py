@@ -6,7 +6,10 @@ process is SIGKILLed at a random moment, for two builds side by side.
         [--cases update,section,hold,update/alone] [--next-writers K]
         [--signal stop-kill|kill] [--cpus LIST] [--seed N] [--label TEXT]
         [--json PATH]
-    python -P benchmarks/bench_takeover.py --table TAKEOVER.json
+    python -P benchmarks/bench_takeover.py --table TAKEOVER.json [...]
+
+--kills N is --repeats N, the rounds, as in the other benchmarks
+(benchmarks/harness.py's BenchParser).
 
 DIR is a directory holding a seqlock_py package with its extension built
 (a checkout after `python setup.py build_ext --inplace`, or a
@@ -94,9 +97,9 @@ from multiprocessing import shared_memory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (cpu_snapshot, interpreter_info,  # noqa: E402
-                     interpreter_label, loadavg, machine_info, others_cpu,
-                     parse_list, percentile)
+from harness import (BenchParser, cpu_snapshot,  # noqa: E402
+                     interpreter_label, others_cpu, parse_list, percentile,
+                     result_head, result_tail, save_result)
 
 # A child imports the build it is told to.
 BUILD_ENV = "SEQLOCK_BENCH_BUILD"
@@ -144,6 +147,43 @@ def map_block(name):
 
 
 # ---- the writers (children) -----------------------------------------------
+#
+# Each role's loop is generated from the few lines of its KIND's section,
+# so that the victim's and the next writers' loops write alike: the victim
+# until killed, a next writer until its first section completed after the
+# kill's time (then it returns how many it wrote and that time).
+
+SECTIONS = {"update": "update(x=i, y=i)",
+            "section": "with write() as w:\n    w.x = i\n    w.y = i",
+            "hold": "with write() as w:\n    w.x = i\n    w.y = i\n"
+                    "    end = clock() + hold\n"
+                    "    while clock() < end:\n        pass"}
+LOOPS = {"victim": """\
+def loop(update, write, clock, kill, hold):
+    i = 0
+    while True:
+        i += 1
+{section}
+""", "next": """\
+def loop(update, write, clock, kill, hold):
+    i = 0
+    while True:
+        i -= 1
+{section}
+        now = clock()
+        if now >= kill[0]:
+            return -i, now
+"""}
+
+
+def writer_loop(role, kind):
+    ns = {}
+    section = "\n".join(" " * 8 + line
+                        for line in SECTIONS[kind].splitlines())
+    exec(compile(LOOPS[role].format(section=section),
+                 f"<{role} {kind}>", "exec"), ns)
+    return ns["loop"]
+
 
 def child(role, shm_name, kind):
     """A writer: `creator` (the first next writer) creates the record,
@@ -177,62 +217,12 @@ def child(role, shm_name, kind):
     print(f"ready {token} {os.getpid()} {where}", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 0
-    update, write = rec.update, rec.write
+    loop = writer_loop("victim" if role == "victim" else "next", kind)
     kill = view[KILL_SLOT:KILL_SLOT + 8].cast("q")
-    clock = time.monotonic_ns
-    hold = HOLD_US * 1000
-    i = 0
-    if role == "victim":  # until killed
-        if kind == "update":
-            while True:
-                i += 1
-                update(x=i, y=i)
-        elif kind == "section":
-            while True:
-                i += 1
-                with write() as w:
-                    w.x = i
-                    w.y = i
-        else:
-            while True:
-                i += 1
-                with write() as w:
-                    w.x = i
-                    w.y = i
-                    end = clock() + hold
-                    while clock() < end:
-                        pass
-    # a next writer: until its first section completed after the kill
-    if kind == "update":
-        while True:
-            i -= 1
-            update(x=i, y=i)
-            now = clock()
-            if now >= kill[0]:
-                break
-    elif kind == "section":
-        while True:
-            i -= 1
-            with write() as w:
-                w.x = i
-                w.y = i
-            now = clock()
-            if now >= kill[0]:
-                break
-    else:
-        while True:
-            i -= 1
-            with write() as w:
-                w.x = i
-                w.y = i
-                end = clock() + hold
-                while clock() < end:
-                    pass
-            now = clock()
-            if now >= kill[0]:
-                break
+    writes, now = loop(rec.update, rec.write, time.monotonic_ns, kill,
+                       HOLD_US * 1000)  # the victim's never returns
     x, y = rec.read()
-    print(json.dumps({"done_ns": now, "writes": -i, "x": x, "y": y,
+    print(json.dumps({"done_ns": now, "writes": writes, "x": x, "y": y,
                       "consistent": x == y,
                       "recoveries": rec.recoveries}), flush=True)
     os._exit(0)  # no teardown: the record holds views of the map
@@ -376,8 +366,8 @@ def one_kill(build, kind, waiting, nexts, mode, cpus, rng, shm_name, mem):
     return row
 
 
-def save(path, out):
-    """write_json(), but one line per kill."""
+def one_line_per_kill(out):
+    """out as write_json() lays it out, but one line per kill."""
     rows = out.pop("rows")
     text = json.dumps(out, indent=1)
     parts = []
@@ -392,10 +382,7 @@ def save(path, out):
     out["rows"] = rows
     assert (json.dumps(json.loads(text), sort_keys=True)  # (NaN != NaN)
             == json.dumps(out, sort_keys=True))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    print(f"# wrote {path}")
+    return text
 
 
 # ---- summary ---------------------------------------------------------------
@@ -524,8 +511,11 @@ def imported_build():
     return os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
 
 
+RESULT = "takeover-"  # benchmarks/results/takeover-<tag>.json
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = BenchParser(__doc__, RESULT)
     parser.add_argument("--old", metavar="DIR",
                         help="a directory holding the other build of "
                              "seqlock_py (required)")
@@ -534,10 +524,8 @@ def main(argv=None):
                         help="the build measured against it (default: the "
                              "one this interpreter imports)")
     parser.add_argument("--new-label", default="new")
-    parser.add_argument("--quick", action="store_true",
-                        help="3 kills per build and case (for tests)")
-    parser.add_argument("--kills", type=int, default=None,
-                        help="kills per build and case (default 200)")
+    parser.add_repeats("--kills", dest="kills", metavar="N", full=200,
+                       quick=3, help="kills per build and case, one a round")
     parser.add_argument("--cases", type=parse_list, default=list(CASES),
                         help="comma-separated KIND[/WAITING], KIND from "
                              + ",".join(KINDS) + ", WAITING from "
@@ -554,15 +542,10 @@ def main(argv=None):
                         default=None,
                         help="pin both writers to these CPUs (e.g. 0)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--label", default="",
-                        help="a note kept in the JSON")
-    parser.add_argument("--json", metavar="PATH",
-                        help="where to write the result (default "
-                             "benchmarks/results/takeover-<tag>.json; "
-                             "--quick: nowhere)")
-    parser.add_argument("--table", metavar="JSON",
-                        help="do not measure: print the tables from this "
-                             "result")
+    parser.add_label()
+    parser.add_argument("--table", nargs="+", metavar="JSON",
+                        help="do not measure: print the tables from these "
+                             "results")
     parser.add_argument("--child", choices=("creator", "next", "victim"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--shm", help=argparse.SUPPRESS)
@@ -570,11 +553,12 @@ def main(argv=None):
     if args.child:
         return child(args.child, args.shm, args.cases[0])
     if args.table:
-        with open(args.table) as f:
-            print(tables(json.load(f)))
+        outs = []
+        for path in args.table:
+            with open(path) as f:
+                outs.append(tables(json.load(f)))
+        print("\n\n".join(outs))
         return 0
-    if args.kills is None:
-        args.kills = 3 if args.quick else 200
     if args.new is None:
         args.new = imported_build()
     cases = [c if "/" in c else c + "/contend" for c in args.cases]
@@ -594,14 +578,11 @@ def main(argv=None):
                "label": args.old_label},
               {"side": "new", "dir": os.path.abspath(args.new),
                "label": args.new_label}]
-    out = {"interpreter": interpreter_info(), "machine": machine_info(),
-           "label": args.label, "signal": args.signal, "kills": args.kills,
-           "cpus": args.cpus,
-           "next_writers": args.next_writers, "seed": seed,
-           "run_s": list(RUN_S), "slow_ms": SLOW_MS, "gap_ms": GAP_MS,
-           "builds": builds, "load_before": loadavg(),
-           "loadavg_before": list(os.getloadavg()),
-           "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    out = result_head({"label": args.label, "signal": args.signal,
+                       "kills": args.kills, "cpus": args.cpus,
+                       "next_writers": args.next_writers, "seed": seed,
+                       "run_s": list(RUN_S), "slow_ms": SLOW_MS,
+                       "gap_ms": GAP_MS, "builds": builds}, loadavgs=True)
     out["cases"] = cases
     rows = {case: {b["side"]: [] for b in builds} for case in cases}
     shm = shared_memory.SharedMemory(create=True, size=BLOCK)
@@ -632,19 +613,13 @@ def main(argv=None):
         shm.unlink()
     out["others_cpu"] = others_cpu(snap0, cpu_snapshot())
     out["seconds"] = time.perf_counter() - t0
-    out["load_after"] = loadavg()
-    out["loadavg_after"] = list(os.getloadavg())
+    result_tail(out)
     out["summary"] = {case: {side: summarise(r) for side, r in by.items()}
                       for case, by in rows.items()}
     out["rows"] = rows
     print()
     print(tables(out))
-    path = args.json
-    if path is None and not args.quick:
-        path = os.path.join(HERE, "results",
-                            f"takeover-{out['interpreter']['tag']}.json")
-    if path:
-        save(path, out)
+    save_result(args, out, RESULT, layout=one_line_per_kill)
     return 0
 
 

@@ -89,10 +89,12 @@ from multiprocessing import shared_memory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (attach_shm, calibrate, interpreter_info,  # noqa: E402
-                     interpreter_label, load_results, loadavg, machine_info,
-                     measured_on, parse_list, percentile, summary,
-                     time_sections, time_updates, write_json)
+from harness import (TURNS, BenchParser, attach_shm,  # noqa: E402
+                     best_of_turns, calibrate, interpreter_label,
+                     load_results, measured_on, ns_per_op, percentile,
+                     report_head, result_head, rounds_beside_writers,
+                     run_parts, summary,
+                     time_sections, time_updates)
 
 # A --baseline child imports the build it is told to (see compare_builds).
 BUILD_ENV = "SEQLOCK_BENCH_BUILD"
@@ -108,7 +110,6 @@ POLL = 0.001            # the polling idiom's sleep
 LATE_NS = 20_000_000    # a wake-up this late is reported
 WAIT_TIMEOUT = 5.0      # one wait longer than this: a wake-up lost for good
 TIMEOUT = 120           # barriers and joins
-SLICES = 5              # tight writes: each round's time is the best of these
 PACED_PAUSE = 0.001
 WAITERS = (0, 1, 4)
 PLACES = ("thread", "main")  # where the waiter runs
@@ -305,18 +306,17 @@ def bench_latency(args, out, log):
     tw = threading.Thread(target=run_writer, daemon=True, args=(
         sides["thread"][0], sides["thread"][1], plan,
         *sides["thread"][2:]))
-    _, cond, barrier, results = sides["process"]
+    cond, barrier, results = sides["process"][1:]  # (not the record)
     pw = ctx.Process(target=process_writer,
                      args=(shm.name, cond, plan, barrier, results))
     rounds = {}
-    try:
-        tw.start()
-        pw.start()
-        for rnd in range(-1, args.repeats):
-            t0 = time.perf_counter()
+
+    def one_round(rnd):
+        try:
             for item in (i for i in plan if i[0] == rnd):
                 _, name, place, _ = item
-                for placement, (rec, cond, barrier, results) in sides.items():
+                for placement, (rec, cond, barrier,
+                                results) in sides.items():
                     waiter = WAITERS_BY_NAME[name]
                     try:
                         if place == "main":
@@ -331,19 +331,12 @@ def bench_latency(args, out, log):
                     if rnd >= 0:
                         rounds.setdefault((placement, name, place),
                                           []).append(round_row(tally))
-            log(f"# latency {'warm-up' if rnd < 0 else 'round'}"
-                f"{f' {rnd + 1}/{args.repeats}' if rnd >= 0 else ''}: "
-                f"{time.perf_counter() - t0:.1f} s")
-        tw.join(TIMEOUT)
-        pw.join(TIMEOUT)
-        if pw.exitcode != 0:
-            raise RuntimeError(f"writer process exit code {pw.exitcode}")
+        finally:  # an error's traceback keeps this frame: not the record
+            rec = tally = None  # noqa: F841 (it may be the shared one)
+    try:
+        rounds_beside_writers(tw, pw, args.repeats, one_round, log, TIMEOUT)
     finally:
-        if pw.is_alive():
-            pw.kill()
-            pw.join()
         sides.clear()  # the process side's record holds the shared buffer
-        rec = tally = None  # so do these, if they are that record's
         shm.close()
         shm.unlink()
     cells = []
@@ -590,6 +583,20 @@ class Waiters:
     def total(self):
         return sum(self.woke)
 
+    def counting(self, timers):
+        """timers, each also adding the wake-ups during its runs to
+        self.during[its key]."""
+        self.during = dict.fromkeys(timers, 0)
+
+        def counted(k, run):
+            def timed(n):
+                before = self.total()
+                seconds = run(n)
+                self.during[k] += self.total() - before
+                return seconds
+            return timed
+        return {k: counted(k, run) for k, run in timers.items()}
+
 
 class CondWaiters(Waiters):
     """k threads in threading.Condition.wait(), for reference: the
@@ -614,12 +621,18 @@ class CondWaiters(Waiters):
                 t.join(0.01)
 
 
-def bench_write(args, out, log):
+def tight_timers():
+    """A record some writer has used (its sequence past the cached small
+    ints, as in use) and TIGHT's timers on it."""
     rec = SeqRecord(x="d")
-    for _ in range(1000):  # a sequence past the cached small ints, as in use
+    for _ in range(1000):
         rec.update(x=1.0)
-    n = {k: calibrate(lambda n, fn=fn: fn(rec, n), args.call_seconds)
-         for k, fn in TIGHT.items()}
+    return rec, {k: functools.partial(fn, rec) for k, fn in TIGHT.items()}
+
+
+def bench_write(args, out, log):
+    rec, timers = tight_timers()
+    n = {k: calibrate(run, args.call_seconds) for k, run in timers.items()}
     tight = {(k, w): [] for w in WAITERS for k in TIGHT}
     wakes = {(k, w): [] for w in WAITERS for k in TIGHT}
     paced = {(k, w): [] for w in WAITERS for k in (*PACED, NOTIFY)}
@@ -628,16 +641,10 @@ def bench_write(args, out, log):
         t0 = time.perf_counter()
         for w in WAITERS:
             with Waiters(rec, w) as waiters:
-                best = dict.fromkeys(TIGHT, float("inf"))
-                woke = dict.fromkeys(TIGHT, 0)
-                for _ in range(SLICES):
-                    for k, fn in TIGHT.items():
-                        before = waiters.total()
-                        best[k] = min(best[k], fn(rec, n[k]))
-                        woke[k] += waiters.total() - before
+                best = best_of_turns(waiters.counting(timers), n)
                 for k in TIGHT:
                     tight[k, w].append(best[k] / n[k] * 1e9)
-                    wakes[k, w].append(woke[k] / (SLICES * n[k]))
+                    wakes[k, w].append(waiters.during[k] / (TURNS * n[k]))
                 for k, make in PACED.items():
                     paced[k, w].append(paced_row(
                         time_paced(make(rec), args.paced_writes)))
@@ -674,17 +681,10 @@ def paced_cell(rows):
 def write_child(call_seconds):
     """--write-child: ns per tight write of each kind, no waiter, in the
     build BUILD_ENV names; one JSON line on stdout."""
-    rec = SeqRecord(x="d")
-    for _ in range(1000):
-        rec.update(x=1.0)
-    n = {k: calibrate(lambda n, fn=fn: fn(rec, n), call_seconds)
-         for k, fn in TIGHT.items()}
-    best = dict.fromkeys(TIGHT, float("inf"))
-    for _ in range(SLICES):
-        for k, fn in TIGHT.items():
-            best[k] = min(best[k], fn(rec, n[k]))
+    _, timers = tight_timers()
+    ns = ns_per_op(timers, call_seconds, 1)
     print(json.dumps({"file": seqlock_py.__file__,
-                      "ns": {k: best[k] / n[k] * 1e9 for k in TIGHT}}))
+                      "ns": {k: v[0] for k, v in ns.items()}}))
     return 0
 
 
@@ -822,7 +822,7 @@ def write_table(outs):
     kinds = outs[0]["write"]["kinds"]
     labels = [interpreter_label(o["interpreter"]) for o in outs]
     lines = ["Write cost, ns per write.  Tight: a loop of writes (best of "
-             f"{SLICES} turns per round, median of rounds; waiters wake for "
+             f"{TURNS} turns per round, median of rounds; waiters wake for "
              "a fraction of them: wakes per write in brackets).  Paced: one "
              f"write every {outs[0]['write']['paced_pause_s'] * 1e3:g} ms, "
              "each timed alone, p50 / p99 (every write wakes the waiters):\n",
@@ -882,52 +882,39 @@ def tables(outs):
 
 
 def report(out, log=print):
-    info = out["interpreter"]
-    log(f"\n# bench_wait  {interpreter_label(info)}, GIL "
-        f"{'enabled' if info['gil_enabled'] else 'disabled'}, "
-        f"cpu_count={info['cpu_count']}, --writes {out['writes']} "
-        f"--repeats {out['repeats']}; load average {out['load_before']:.2f} "
-        f"before, {out['load_after']:.2f} after\n")
+    log(report_head("bench_wait", out, f"--writes {out['writes']} "
+                    f"--repeats {out['repeats']}"))
     log(tables([out]))
 
 
 PARTS = {"latency": bench_latency, "idle": bench_idle, "write": bench_write}
 
 
+RESULT = "wait-"  # benchmarks/results/wait-<tag>.json
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny timings, one round (for tests)")
-    parser.add_argument("--writes", type=int, default=None,
-                        help="writes per latency case and round (default "
-                             "200; --quick 10)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="rounds of latency and write, medians reported "
-                             "(default 5; --quick 1)")
-    parser.add_argument("--idle-seconds", type=float, default=None,
-                        help="T, an idle wait (default 2; --quick 0.2)")
-    parser.add_argument("--idle-repeats", type=int, default=None,
-                        help="rounds of idle (default 3; --quick 1)")
-    parser.add_argument("--parts", type=parse_list, default=list(PARTS),
-                        help="comma-separated subset of " + ",".join(PARTS))
+    parser = BenchParser(__doc__, RESULT)
+    parser.add_setting("--writes", full=200, quick=10, type=int,
+                       help="writes per latency case and round")
+    parser.add_repeats(help="rounds of latency and write, medians reported")
+    parser.add_setting("--idle-seconds", full=2.0, quick=0.2,
+                       help="T, an idle wait")
+    parser.add_setting("--idle-repeats", full=3, quick=1, type=int,
+                       help="rounds of idle")
+    parser.add_parts(PARTS)
     parser.add_argument("--baseline", metavar="DIR",
                         help="a directory holding another build of "
                              "seqlock_py: compare no-waiter writes with it")
     parser.add_argument("--baseline-label", default="",
                         help="what the baseline is (e.g. its commit)")
-    parser.add_argument("--baseline-rounds", type=int, default=None,
-                        help="rounds of the comparison (default 15; --quick "
-                             "2)")
-    parser.add_argument("--call-seconds", type=float, default=None,
-                        help=argparse.SUPPRESS)
+    parser.add_setting("--baseline-rounds", full=15, quick=2, type=int,
+                       help="rounds of the comparison")
+    parser.add_setting("--call-seconds", full=0.05, quick=0.01,
+                       help=argparse.SUPPRESS)
     parser.add_argument("--write-child", action="store_true",
                         help=argparse.SUPPRESS)
-    parser.add_argument("--label", default="",
-                        help="a note kept in the JSON (e.g. the build)")
-    parser.add_argument("--json", metavar="PATH",
-                        help="where to write the result (default "
-                             "benchmarks/results/wait-<tag>.json; "
-                             "--quick: nowhere)")
+    parser.add_label()
     parser.add_argument("--table", nargs="+", metavar="JSON",
                         help="do not measure: print the tables from these "
                              "results")
@@ -935,18 +922,9 @@ def main(argv=None):
     if args.table:
         print(tables(load_results(args.table)))
         return 0
-    if args.call_seconds is None:
-        args.call_seconds = 0.01 if args.quick else 0.05
     if args.write_child:
         return write_child(args.call_seconds)
-    q = args.quick
-    for name, full, quick in (("writes", 200, 10), ("repeats", 5, 1),
-                              ("idle_seconds", 2.0, 0.2),
-                              ("idle_repeats", 3, 1),
-                              ("baseline_rounds", 15, 2)):
-        if getattr(args, name) is None:
-            setattr(args, name, quick if q else full)
-    args.paced_writes = 20 if q else 200
+    args.paced_writes = 20 if args.quick else 200
     if (args.writes < 1 or args.repeats < 1 or args.idle_seconds <= 0
             or args.idle_repeats < 1 or args.baseline_rounds < 1
             or set(args.parts) - set(PARTS)):
@@ -957,24 +935,10 @@ def main(argv=None):
             os.path.join(args.baseline, "seqlock_py")):
         parser.error(f"--baseline {args.baseline}: no seqlock_py there")
 
-    out = {"interpreter": interpreter_info(), "machine": machine_info(),
-           "label": args.label, "writes": args.writes,
-           "repeats": args.repeats, "writer_pause_s": list(PAUSE),
-           "poll_s": POLL, "load_before": loadavg(),
-           "loadavg_before": list(os.getloadavg()),
-           "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
-    for part in args.parts:
-        PARTS[part](args, out, print)
-    out["load_after"] = loadavg()
-    out["loadavg_after"] = list(os.getloadavg())
-    report(out)
-    path = args.json
-    if path is None and not args.quick:
-        path = os.path.join(HERE, "results",
-                            f"wait-{out['interpreter']['tag']}.json")
-    if path:
-        write_json(path, out)
-    return 0
+    out = result_head({"label": args.label, "writes": args.writes,
+                       "repeats": args.repeats, "writer_pause_s": list(PAUSE),
+                       "poll_s": POLL}, loadavgs=True)
+    return run_parts(args, out, PARTS, report, RESULT)
 
 
 if __name__ == "__main__":

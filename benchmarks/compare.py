@@ -50,7 +50,6 @@ and cereggii ship binary wheels for some interpreters only) is skipped and
 listed as such in the output and the JSON.
 """
 
-import argparse
 import array
 import multiprocessing
 import os
@@ -64,11 +63,12 @@ from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (UNROLL, attach_shm, calibrate,  # noqa: E402
-                     call_loop, cpu_snapshot, fmt_rate, interpreter_info,
-                     interpreter_label, load_results, loadavg, machine_info,
+from harness import (TURNS, UNROLL, BenchParser,  # noqa: E402
+                     attach_shm, call_cost_table, call_costs, cpu_snapshot,
+                     fmt_rate, interpreter_label, load_results, loadavg,
                      measured_on, others_cpu, parse_list, percentile,
-                     run_phase, summary, thread_counts, write_json)
+                     result_head, result_tail, run_phase, save_result,
+                     summary, thread_counts)
 
 from seqlock_py import SeqLock, SeqRecord  # noqa: E402
 
@@ -171,6 +171,23 @@ INTO_BOUND = "SeqRecord.read_into(): per-thread bound method"
 LOCAL_WORK = "thread-local work (reference)"
 OWN_RECORD = "SeqRecord.read(): local rec.read() on the thread's own record"
 
+def _locked(make, reader, writer=None, needs=None):
+    """A contender that copies and stores under a lock: reader (writer,
+    if it differs) the setup line binding acquire and release."""
+    return dict(needs=needs, make=make,
+                rsetup=reader + "; box = S.box",
+                read="acquire(); s = {copy}; release()",
+                wsetup=(writer or reader) + "; box = S.box",
+                write="acquire(); {store}; release()")
+
+
+def _on_record(rsetup, read, make=_make_record, rec="S.rec", **kw):
+    """A contender reading a SeqRecord that the writer update()s (rec:
+    where the writer finds it)."""
+    return dict(needs=None, make=make, rsetup=rsetup, read=read,
+                wsetup=f"update = {rec}.update", write="{update}", **kw)
+
+
 CONTENDERS = {
     "SeqLock.read(fn)": dict(
         needs=None, make=_make_seqlock,
@@ -179,43 +196,25 @@ CONTENDERS = {
         wsetup="acquire = S.lock.acquire_write; release = S.lock.release_write"
                "; box = S.box",
         write="acquire(); {store}; release()"),
-    READ_BOUND: dict(
-        needs=None, make=_make_record,
-        rsetup="read = S.rec.read", read="s = read()",
-        wsetup="update = S.rec.update", write="{update}"),
-    INTO_BOUND: dict(
-        needs=None, make=_make_record,
-        rsetup="into = S.rec.read_into; buf = bytearray(S.rec.nbytes)",
-        read="into(buf)",
-        wsetup="update = S.rec.update", write="{update}"),
-    "threading.Lock": dict(
-        needs=None, make=_make_lock(threading.Lock),
-        rsetup="acquire = S.lock.acquire; release = S.lock.release; box = S.box",
-        read="acquire(); s = {copy}; release()",
-        wsetup="acquire = S.lock.acquire; release = S.lock.release; box = S.box",
-        write="acquire(); {store}; release()"),
-    "threading.RLock": dict(
-        needs=None, make=_make_lock(threading.RLock),
-        rsetup="acquire = S.lock.acquire; release = S.lock.release; box = S.box",
-        read="acquire(); s = {copy}; release()",
-        wsetup="acquire = S.lock.acquire; release = S.lock.release; box = S.box",
-        write="acquire(); {store}; release()"),
-    "ft_utils RWLock": dict(
-        needs="ft_utils.synchronization", make=_make_ft_rwlock,
-        rsetup="acquire = S.lock.lock_read; release = S.lock.unlock_read"
-               "; box = S.box",
-        read="acquire(); s = {copy}; release()",
-        wsetup="acquire = S.lock.lock_write; release = S.lock.unlock_write"
-               "; box = S.box",
-        write="acquire(); {store}; release()"),
-    "readerwriterlock (read-pref.)": dict(
-        needs="readerwriterlock.rwlock", make=_make_rwlock_read,
-        rsetup="r = S.lock.gen_rlock(); acquire = r.acquire"
-               "; release = r.release; box = S.box",
-        read="acquire(); s = {copy}; release()",
-        wsetup="w = S.lock.gen_wlock(); acquire = w.acquire"
-               "; release = w.release; box = S.box",
-        write="acquire(); {store}; release()"),
+    READ_BOUND: _on_record("read = S.rec.read", "s = read()"),
+    INTO_BOUND: _on_record(
+        "into = S.rec.read_into; buf = bytearray(S.rec.nbytes)", "into(buf)"),
+    "threading.Lock": _locked(
+        _make_lock(threading.Lock),
+        "acquire = S.lock.acquire; release = S.lock.release"),
+    "threading.RLock": _locked(
+        _make_lock(threading.RLock),
+        "acquire = S.lock.acquire; release = S.lock.release"),
+    "ft_utils RWLock": _locked(
+        _make_ft_rwlock,
+        "acquire = S.lock.lock_read; release = S.lock.unlock_read",
+        "acquire = S.lock.lock_write; release = S.lock.unlock_write",
+        needs="ft_utils.synchronization"),
+    "readerwriterlock (read-pref.)": _locked(
+        _make_rwlock_read,
+        "r = S.lock.gen_rlock(); acquire = r.acquire; release = r.release",
+        "w = S.lock.gen_wlock(); acquire = w.acquire; release = w.release",
+        needs="readerwriterlock.rwlock"),
     "copy-on-write": dict(
         needs=None, make=_make_box,
         rsetup="box = S.box", read="s = box.snap",
@@ -238,42 +237,31 @@ CONTENDERS = {
     # takes from its reference count; the bound methods above load nothing
     # shared.  `globals` names S's attributes the generated module gets as
     # globals.
-    "SeqRecord.read(): global rec.read()": dict(
-        needs=None, make=_make_record, globals=("rec",), ref=READ_BOUND,
-        rsetup="", read="s = rec.read()",
-        wsetup="update = S.rec.update", write="{update}"),
-    "SeqRecord.read(): attribute self.rec.read()": dict(
-        needs=None, make=_make_app, ref=READ_BOUND,
-        rsetup="self = S.app", read="s = self.rec.read()",
-        wsetup="update = S.rec.update", write="{update}"),
-    "SeqRecord.read(): local/parameter rec.read()": dict(
-        needs=None, make=_make_record, ref=READ_BOUND,
-        rsetup="rec = S.rec", read="s = rec.read()",
-        wsetup="update = S.rec.update", write="{update}"),
-    "SeqRecord rec['a']: subscript on a global": dict(
-        needs=None, make=_make_record, globals=("rec",), ref=READ_BOUND,
-        rsetup="", read="s = rec['a']",
-        wsetup="update = S.rec.update", write="{update}"),
-    "SeqRecord.read_into(): global rec.read_into(buf)": dict(
-        needs=None, make=_make_record, globals=("rec",), ref=INTO_BOUND,
-        rsetup="buf = bytearray(rec.nbytes)", read="rec.read_into(buf)",
-        wsetup="update = S.rec.update", write="{update}"),
+    "SeqRecord.read(): global rec.read()": _on_record(
+        "", "s = rec.read()", globals=("rec",), ref=READ_BOUND),
+    "SeqRecord.read(): attribute self.rec.read()": _on_record(
+        "self = S.app", "s = self.rec.read()", make=_make_app,
+        ref=READ_BOUND),
+    "SeqRecord.read(): local/parameter rec.read()": _on_record(
+        "rec = S.rec", "s = rec.read()", ref=READ_BOUND),
+    "SeqRecord rec['a']: subscript on a global": _on_record(
+        "", "s = rec['a']", globals=("rec",), ref=READ_BOUND),
+    "SeqRecord.read_into(): global rec.read_into(buf)": _on_record(
+        "buf = bytearray(rec.nbytes)", "rec.read_into(buf)",
+        globals=("rec",), ref=INTO_BOUND),
     # The control: the local/parameter idiom's bytecode on a record each
     # reader thread made itself (so only it counts its references; no one
     # writes it).  What it loses against the bound method is the name's
     # own cost, without the sharing.
-    OWN_RECORD: dict(
-        needs=None, make=_make_local, ref=READ_BOUND,
-        rsetup="rec = SeqRecord({fields})", read="s = rec.read()",
-        wsetup="update = S.load.update", write="{update}"),
+    OWN_RECORD: _on_record(
+        "rec = SeqRecord({fields})", "s = rec.read()", make=_make_local,
+        rec="S.load", ref=READ_BOUND),
     # What the machine gives work that shares nothing: each thread unpacks
     # its own bytes with its own struct.Struct (the C work of read(): new
     # floats in a new tuple), under the same record writer.
-    LOCAL_WORK: dict(
-        needs=None, make=_make_local,
-        rsetup="st = Struct('{fmt}'); unpack = st.unpack; raw = bytes(st.size)",
-        read="s = unpack(raw)",
-        wsetup="update = S.load.update", write="{update}"),
+    LOCAL_WORK: _on_record(
+        "st = Struct('{fmt}'); unpack = st.unpack; raw = bytes(st.size)",
+        "s = unpack(raw)", make=_make_local, rec="S.load"),
 }
 
 # Each idiom is compared with its per-thread bound method (`ref`).
@@ -341,22 +329,30 @@ def _indent(lines):
     return "\n".join("    " + line for line in lines.splitlines())
 
 
-def build(name, size, mod):
-    """A fresh state and its (reader, writer) functions for one phase."""
-    c = CONTENDERS[name]
+def loops(name, c, size, S):
+    """The namespace holding `reader` (and, if the entry c has a writer
+    side, `writer`), generated from c's lines for one size, over state S."""
     subst = dict(copy=COPY[size], store=STORE[size], update=REC_UPDATE[size],
                  fmt=STRUCT[size], fields=", ".join(
                      f"{k}={v!r}" for k, v in _fields(size).items()))
-    S = c["make"](size, mod)
     ns = {"S": S, "CHUNK": CHUNK, "perf_counter": time.perf_counter,
           "time": time, "Struct": struct.Struct, "SeqRecord": SeqRecord}
-    for g in c["globals"]:
+    for g in c.get("globals", ()):
         ns[g] = getattr(S, g)
-    src = (READER.format(rsetup=_indent(c["rsetup"].format(**subst)),
-                         read=c["read"].format(**subst))
-           + WRITER.format(wsetup=_indent(c["wsetup"].format(**subst)),
-                           new=NEW[size], write=c["write"].format(**subst)))
+    src = READER.format(rsetup=_indent(c["rsetup"].format(**subst)),
+                        read=c["read"].format(**subst))
+    if "wsetup" in c:
+        src += WRITER.format(wsetup=_indent(c["wsetup"].format(**subst)),
+                             new=NEW[size], write=c["write"].format(**subst))
     exec(compile(src, f"<{name} x{size}>", "exec"), ns)
+    return ns
+
+
+def build(name, size, mod):
+    """A fresh state and its (reader, writer) functions for one phase."""
+    c = CONTENDERS[name]
+    S = c["make"](size, mod)
+    ns = loops(name, c, size, S)
     return S, ns["reader"], ns["writer"]
 
 
@@ -465,11 +461,9 @@ def analyse(args, mods, raw):
 # ---- one thread: the cost of one call -------------------------------------
 #
 # read() and read_into() of a 4-float record against near-empty C calls,
-# one thread, each bound to a local (harness.call_loop).  Each round's time
-# of a call is the best of TURNS turns (preemption only adds); ratios to
-# rec.locked() per round, then the median.
-
-TURNS = 5
+# one thread, each bound to a local (harness.call_costs).  Each round's
+# time of a call is the best of TURNS turns (preemption only adds); ratios
+# to rec.locked() per round, then the median.
 
 
 def single_calls():
@@ -505,23 +499,11 @@ def single_calls():
 
 def bench_single(args, out, log=print):
     calls = single_calls()
-    turn = args.seconds / TURNS
-    n = {k: calibrate(lambda n: call_loop(fn, arg, n), turn)
-         for k, (fn, arg, _) in calls.items()}
-    ns = {k: [] for k in calls}
-    for rnd in range(args.repeats):
-        best = dict.fromkeys(calls, float("inf"))
-        for _ in range(TURNS):
-            for k, (fn, arg, _) in calls.items():
-                best[k] = min(best[k], call_loop(fn, arg, n[k]))
-        for k in calls:
-            ns[k].append(best[k] / (n[k] * UNROLL) * 1e9)
-        log(f"# single: round {rnd + 1}/{args.repeats}")
-    base = ns["rec.locked()"]
     out["single"] = {
-        "ns": {k: summary(v) for k, v in ns.items()},
-        "ratio_to_locked": {k: summary([a / b for a, b in zip(v, base)])
-                            for k, v in ns.items() if k != "rec.locked()"},
+        **call_costs({k: (fn, arg) for k, (fn, arg, _) in calls.items()},
+                     args.seconds / TURNS, args.repeats,
+                     log=lambda rnd: log(f"# single: round {rnd + 1}/"
+                                         f"{args.repeats}")),
         "what": {k: v[2] for k, v in calls.items()},
     }
 
@@ -534,84 +516,49 @@ def bench_single(args, out, log=print):
 # process has its own record object, so any idiom reads without sharing a
 # reference count; the readers use bound methods, as the threads do.
 
-PROC_CONTENDERS = ["rec.read()", "rec.read_into(buf)", "multiprocessing.Lock"]
 PROC_READERS = 2
 DOUBLES = struct.Struct("4d")
+# The readers' loops are the threads' (READER), over each reader process's
+# own objects: S.rec (its attached record), S.lock, S.buf (the 4 doubles),
+# S.unpack_from.
+PROC_READS = {
+    "rec.read()": CONTENDERS[READ_BOUND],
+    "rec.read_into(buf)": CONTENDERS[INTO_BOUND],
+    "multiprocessing.Lock": dict(
+        rsetup="acquire = S.lock.acquire; release = S.lock.release"
+               "; unpack_from = S.unpack_from; buf = S.buf",
+        read="acquire(); s = unpack_from(buf); release()"),
+}
+PROC_CONTENDERS = list(PROC_READS)
 
 
 def proc_reader(rec_name, raw_name, lock, barrier, results, plan, seconds):
     rec_shm = attach_shm(rec_name)
     raw_shm = attach_shm(raw_name)
-    rec = SeqRecord.attach(rec_shm.buf, **_fields(4))
     try:
-        for rnd, name in plan:
-            if name == "rec.read()":
-                count = _proc_read(rec, barrier, seconds)
-            elif name == "rec.read_into(buf)":
-                count = _proc_read_into(rec, barrier, seconds)
-            else:
-                count = _proc_read_lock(raw_shm.buf, lock, barrier, seconds)
-            results.put((rnd, name, count))
-    finally:
-        del rec
+        _proc_reads(rec_shm.buf, raw_shm.buf, lock, barrier, results, plan,
+                    seconds)
+    finally:  # _proc_reads let go of the buffers
         rec_shm.close()
         raw_shm.close()
 
 
-def _proc_read(rec, barrier, seconds):
-    read = rec.read
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n = 0
-    barrier.wait()
-    t0 = clock()
-    deadline = t0 + seconds
-    while True:
-        for _ in rng:
-            read()
-        n += CHUNK
-        if clock() >= deadline:
-            break
-    return n / (clock() - t0)
-
-
-def _proc_read_into(rec, barrier, seconds):
-    into = rec.read_into
-    buf = bytearray(rec.nbytes)
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n = 0
-    barrier.wait()
-    t0 = clock()
-    deadline = t0 + seconds
-    while True:
-        for _ in rng:
-            into(buf)
-        n += CHUNK
-        if clock() >= deadline:
-            break
-    return n / (clock() - t0)
-
-
-def _proc_read_lock(buf, lock, barrier, seconds):
-    acquire = lock.acquire
-    release = lock.release
-    unpack_from = DOUBLES.unpack_from
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n = 0
-    barrier.wait()
-    t0 = clock()
-    deadline = t0 + seconds
-    while True:
-        for _ in rng:
-            acquire()
-            unpack_from(buf)
-            release()
-        n += CHUNK
-        if clock() >= deadline:
-            break
-    return n / (clock() - t0)
+def _proc_reads(rec_buf, raw_buf, lock, barrier, results, plan, seconds):
+    S = SimpleNamespace(rec=SeqRecord.attach(rec_buf, **_fields(4)),
+                        lock=lock, buf=raw_buf,
+                        unpack_from=DOUBLES.unpack_from)
+    spaces = {name: loops(name, c, 4, S) for name, c in PROC_READS.items()}
+    try:
+        for rnd, name in plan:
+            gen = spaces[name]["reader"](seconds)
+            next(gen)
+            barrier.wait()
+            n, t0, t1 = next(gen)
+            gen.close()
+            results.put((rnd, name, n / (t1 - t0)))
+    finally:
+        for ns in spaces.values():
+            ns.clear()  # each reader and its globals: a cycle holding S
 
 
 def proc_writer(rec_name, raw_name, lock, barrier, results, plan, seconds):
@@ -853,15 +800,13 @@ def run(args):
     if args.contenders:
         mods = {k: v for k, v in mods.items() if k in args.contenders}
         skipped = {k: v for k, v in skipped.items() if k in args.contenders}
-    out = {"interpreter": interpreter_info(), "machine": machine_info(),
-           "seconds": args.seconds, "repeats": args.repeats,
-           "parts": args.parts, "threads": args.threads, "sizes": args.sizes,
-           "writers": args.writers, "contenders": list(mods),
-           "idioms": [n for n in IDIOMS if n in mods],
-           "skipped": skipped, "baseline": BASELINE,
-           "load_before": loadavg(),
-           "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-           "max_threads": max(args.threads), "results": []}
+    out = result_head({
+        "seconds": args.seconds, "repeats": args.repeats,
+        "parts": args.parts, "threads": args.threads, "sizes": args.sizes,
+        "writers": args.writers, "contenders": list(mods),
+        "idioms": [n for n in IDIOMS if n in mods],
+        "skipped": skipped, "baseline": BASELINE})
+    out.update(max_threads=max(args.threads), results=[])
     if "threads" in args.parts:
         raw, loads = measure(args, mods)
         out.update(loads)
@@ -870,16 +815,11 @@ def run(args):
         bench_single(args, out)
     if "procs" in args.parts:
         bench_procs(args, out)
-    out["load_after"] = loadavg()
+    result_tail(out)
     out["targets"] = TARGETS
     out["ratios"] = ratios(out)
     report(out)
-    path = args.json
-    if path is None and not args.quick:
-        path = os.path.join(HERE, "results",
-                            f"{out['interpreter']['tag']}.json")
-    if path:
-        write_json(path, out)
+    save_result(args, out, RESULT)
     return 0
 
 
@@ -978,22 +918,10 @@ def idiom_table(outs, size=4, writer="1khz"):
 
 
 def single_table(outs):
-    outs = [o for o in outs if "single" in o]
-    if not outs:
-        return ""
-    head = "".join(f" {_label(o)}: ns | ÷ `rec.locked()` |" for o in outs)
-    lines = ["One call's cost, 4-float record, one thread (medians of "
-             f"{outs[0]['repeats']} rounds, each call's best of {TURNS} "
-             "turns; ratios per round):\n",
-             "| call |" + head, "| --- |" + " ---: | ---: |" * len(outs)]
-    for name in outs[0]["single"]["ns"]:
-        row = f"| `{name}` |"
-        for o in outs:
-            q = o["single"]["ratio_to_locked"].get(name)
-            row += (f" {o['single']['ns'][name]['median']:.1f} |"
-                    + (f" {q['median']:.2f} |" if q else " 1 |"))
-        lines.append(row)
-    return "\n".join(lines) + "\n"
+    return call_cost_table(
+        outs, "single", "One call's cost, 4-float record, one thread "
+        f"(medians of {{repeats}} rounds, each call's best of {TURNS} "
+        "turns; ratios per round):\n")
 
 
 def procs_table(outs):
@@ -1156,17 +1084,14 @@ def plot(paths, outdir):
     print(measured_on(outs))
     return 0
 
+RESULT = ""  # benchmarks/results/<tag>.json
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny timings, one round (seconds; for tests)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help="length of one measurement (default 0.3; "
-                             "--quick: 0.02)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="rounds, medians reported (default 5; --quick 1)")
-    parser.add_argument("--parts", type=parse_list, default=list(PARTS),
-                        help="comma-separated subset of: " + ", ".join(PARTS))
+    parser = BenchParser(__doc__, RESULT)
+    parser.add_seconds(0.3, 0.02)
+    parser.add_repeats()
+    parser.add_parts(PARTS)
     parser.add_argument("--threads", type=lambda t: parse_list(t, int),
                         default=None,
                         help="reader thread counts (default 1, 2, ... "
@@ -1181,23 +1106,14 @@ def main(argv=None):
     parser.add_argument("--idioms", action="store_true",
                         help="add the idiom contenders to --contenders "
                              "(alone: run only them and the baseline)")
-    parser.add_argument("--json", metavar="PATH",
-                        help="where to write the result (default "
-                             "benchmarks/results/<interpreter>.json; "
-                             "--quick: nowhere)")
     parser.add_argument("--plot", nargs="+", metavar="JSON",
                         help="do not measure: draw throughput.png, "
                              "writer_latency.png and idioms.png from these "
                              "results and print the README tables")
-    parser.add_argument("--outdir", default=os.path.join(HERE, "results"),
-                        help="where --plot writes the PNGs")
+    parser.add_outdir()
     args = parser.parse_args(argv)
     if args.plot:
         return plot(args.plot, args.outdir)
-    if args.seconds is None:
-        args.seconds = 0.02 if args.quick else 0.3
-    if args.repeats is None:
-        args.repeats = 1 if args.quick else 5
     if args.threads is None:
         args.threads = [1, 2] if args.quick else thread_counts()
     args.threads = sorted(set(args.threads))

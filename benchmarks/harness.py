@@ -1,8 +1,11 @@
-"""Shared benchmark harness: interpreter facts, summary statistics, and one
-"readers against a writer" phase run on threads.
+"""Shared benchmark harness: the command line every benchmark shares, the
+result file (its head, its path, writing it), interpreter facts, summary
+statistics, the single-call timer, and one "readers against a writer"
+phase run on threads.
 
-Used by compare.py, bench_latch.py and ab.py (each puts this folder on
-sys.path itself, because they run under ``python -P``).  Stdlib only.
+Used by compare.py, bench_latch.py, bench_wait.py, bench_takeover.py and
+ab.py (each puts this folder on sys.path itself, because they run under
+``python -P``).  Stdlib only.
 
 A phase: one writer thread writes (at a fixed pause, or in a tight loop) and
 times each write; ``nthreads`` reader threads are started behind a
@@ -13,30 +16,38 @@ purpose (on 3.13t each load of a shared object by a thread other than its
 creator adds to its reference count with an atomic write).
 """
 
+import argparse
 import array
+import functools
 import json
 import os
 import platform
+import runpy
 import statistics
 import sys
 import sysconfig
 import threading
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+# The interpreter tag's one home, which the shell scripts run too.
+interp_tag = runpy.run_path(os.path.join(os.path.dirname(HERE), "tools",
+                                         "interp_tag.py"))["interp_tag"]
+
 
 def interpreter_info():
-    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
     gil = True if is_gil_enabled is None else is_gil_enabled()
     return {
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "executable": sys.executable,
-        "free_threaded": free_threaded,
+        "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "gil_enabled": gil,
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
-        "tag": sys.implementation.cache_tag + ("t" if free_threaded else ""),
+        "tag": interp_tag(),
     }
 
 
@@ -96,6 +107,17 @@ def interpreter_label(info):
             + (" free-threaded" if info["free_threaded"] else " (GIL)"))
 
 
+def report_head(name, out, settings):
+    """A report's first line: the benchmark's name, the interpreter, the
+    settings (as flags) and the load average before and after."""
+    info = out["interpreter"]
+    return (f"\n# {name}  {interpreter_label(info)}, GIL "
+            f"{'enabled' if info['gil_enabled'] else 'disabled'}, "
+            f"cpu_count={info['cpu_count']}, {settings}; load average "
+            f"{out['load_before']:.2f} before, {out['load_after']:.2f} "
+            "after\n")
+
+
 def measured_on(outs):
     """One line naming the machine and each result's interpreter, date and
     load average, for the tables under a plot."""
@@ -110,11 +132,127 @@ def measured_on(outs):
                         for o in outs))
 
 
-def write_json(path, out):
+# ---- the command line every benchmark shares -----------------------------
+
+class BenchParser(argparse.ArgumentParser):
+    """A benchmark's command line, with the flags they share meaning the
+    same in each:
+
+      --quick       the smallest settings (for tests); the result is
+                    written only with --json
+      --json PATH   where to write the result (default
+                    benchmarks/results/<prefix><tag>.json)
+      --label TEXT  a note kept in the JSON (add_label)
+      --repeats N   rounds, medians reported (add_repeats)
+      --seconds S   the length of one measurement (add_seconds)
+      --parts LIST  which parts to run (add_parts)
+      --outdir DIR  where --plot writes its PNGs (add_outdir)
+
+    A setting whose default --quick shrinks is added with add_setting();
+    parse_args() fills in the default the run's --quick picks.
+    """
+
+    def __init__(self, doc, prefix):
+        super().__init__(description=doc.split("\n\n")[0])
+        self.settings = {}
+        self.add_argument("--quick", action="store_true",
+                          help="the smallest settings (for tests); writes "
+                               "the result only with --json")
+        self.add_argument("--json", metavar="PATH",
+                          help="where to write the result (default "
+                               f"benchmarks/results/{prefix}<tag>.json; "
+                               "--quick: nowhere)")
+
+    def add_setting(self, *flags, full, quick, help, type=float, **kw):
+        """A setting whose default is `full`, or `quick` with --quick."""
+        if help is not argparse.SUPPRESS:
+            help = f"{help} (default {full:g}; --quick {quick:g})"
+        action = self.add_argument(*flags, type=type, default=None,
+                                   help=help, **kw)
+        self.settings[action.dest] = (full, quick)
+        return action
+
+    def add_repeats(self, *aliases, full=5, quick=1,
+                    help="rounds, medians reported", **kw):
+        return self.add_setting("--repeats", *aliases, full=full,
+                                quick=quick, type=int, help=help, **kw)
+
+    def add_seconds(self, full, quick, help="the length of one measurement, "
+                    "in seconds"):
+        return self.add_setting("--seconds", full=full, quick=quick,
+                                help=help)
+
+    def add_label(self):
+        self.add_argument("--label", default="",
+                          help="a note kept in the JSON (e.g. the build)")
+
+    def add_parts(self, parts):
+        self.add_argument("--parts", type=parse_list, default=list(parts),
+                          help="comma-separated subset of "
+                               + ",".join(parts))
+
+    def add_outdir(self):
+        self.add_argument("--outdir", default=RESULTS,
+                          help="where --plot writes the PNGs")
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        for dest, (full, quick) in self.settings.items():
+            if getattr(ns, dest) is None:
+                setattr(ns, dest, quick if ns.quick else full)
+        return ns
+
+
+# ---- the result file -------------------------------------------------------
+
+def result_head(settings, loadavgs=False):
+    """A result's first keys: the interpreter, the machine, the run's
+    settings, the load average before it (and, with loadavgs, all three
+    load averages) and the date.  result_tail() adds the load after."""
+    out = {"interpreter": interpreter_info(), "machine": machine_info(),
+           **settings, "load_before": loadavg()}
+    if loadavgs:
+        out["loadavg_before"] = list(os.getloadavg())
+    out["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    return out
+
+
+def result_tail(out):
+    """The load average after the run, as result_head() noted it before."""
+    out["load_after"] = loadavg()
+    if "loadavg_before" in out:
+        out["loadavg_after"] = list(os.getloadavg())
+    return out
+
+
+def run_parts(args, out, parts, report, prefix):
+    """Run each of --parts (parts[name](args, out, log)) into out, then
+    report(out) with the load after, and save_result(); exit status 0."""
+    for part in args.parts:
+        parts[part](args, out, print)
+    report(result_tail(out))
+    save_result(args, out, prefix)
+    return 0
+
+
+def save_result(args, out, prefix, layout=None):
+    """Write out to --json, else to benchmarks/results/<prefix><tag>.json
+    unless --quick; layout(out), if given, is its text (write_json)."""
+    path = args.json
+    if path is None and not args.quick:
+        path = os.path.join(RESULTS,
+                            f"{prefix}{out['interpreter']['tag']}.json")
+    if path:
+        write_json(path, out, layout(out) if layout else None)
+
+
+def write_json(path, out, text=None):
+    """out as JSON (indent 1), or the text given for it, to path."""
+    if text is None:
+        text = json.dumps(out, indent=1) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
+        f.write(text)
     print(f"# wrote {path}")
 
 
@@ -192,6 +330,82 @@ def calibrate(run, seconds):
         n *= 4
 
 
+# ---- the single-call timer -------------------------------------------------
+#
+# A timer is run(n) -> the seconds n of its loops took.  The timers of a
+# part take turns, TURNS in a round, and each round's time of a timer is
+# its best turn (preemption only adds); the machine's noise falls on all
+# of them alike.
+
+TURNS = 5
+
+
+def best_of_turns(timers, n, turns=TURNS):
+    """One round: {key: the least seconds timers[key](n[key]) took over
+    `turns` turns}, the timers taking turns."""
+    best = dict.fromkeys(timers, float("inf"))
+    for _ in range(turns):
+        for k, run in timers.items():
+            best[k] = min(best[k], run(n[k]))
+    return best
+
+
+def ns_per_op(timers, seconds, repeats, per=1, log=None):
+    """{key: [ns per operation, one per round]}: each timer's n calibrated
+    to `seconds` a turn, n * per operations a run; log(round) after each
+    round."""
+    n = {k: calibrate(run, seconds) for k, run in timers.items()}
+    ns = {k: [] for k in timers}
+    for rnd in range(repeats):
+        best = best_of_turns(timers, n)
+        for k in timers:
+            ns[k].append(best[k] / (n[k] * per) * 1e9)
+        if log:
+            log(rnd)
+    return ns
+
+
+BASE_CALL = "rec.locked()"
+
+
+def call_costs(calls, seconds, repeats, log=None):
+    """One call's cost, one thread: calls is {name: (fn, arg)} (arg None:
+    fn()), each made from a local, UNROLL per loop iteration (call_loop);
+    BASE_CALL among them.  {"ns": per call, "ratio_to_locked": to
+    BASE_CALL's, taken per round}, each summarised over the rounds."""
+    ns = ns_per_op({k: functools.partial(call_loop, fn, arg)
+                    for k, (fn, arg) in calls.items()},
+                   seconds, repeats, per=UNROLL, log=log)
+    base = ns[BASE_CALL]
+    return {"ns": {k: summary(v) for k, v in ns.items()},
+            "ratio_to_locked": {k: summary([a / b for a, b in zip(v, base)])
+                                for k, v in ns.items() if k != BASE_CALL}}
+
+
+def call_cost_table(outs, key, intro):
+    """The markdown table of the call_costs() results out[key] of the outs
+    that have one, the interpreters side by side (each result's --label
+    after its name), under intro (formatted with the first one's
+    `repeats`); "" if none has one."""
+    outs = [o for o in outs if key in o]
+    if not outs:
+        return ""
+    intro = intro.format(repeats=outs[0]["repeats"])
+    head = "".join(f" {interpreter_label(o['interpreter'])}"
+                   f"{' ' + o['label'] if o.get('label') else ''}: ns |"
+                   f" ÷ `{BASE_CALL}` |" for o in outs)
+    lines = [intro, "| call |" + head,
+             "| --- |" + " ---: | ---: |" * len(outs)]
+    for name in outs[0][key]["ns"]:
+        row = f"| `{name}` |"
+        for o in outs:
+            r = o[key]["ratio_to_locked"].get(name)
+            row += (f" {o[key]['ns'][name]['median']:.1f} |"
+                    + (f" {r['median']:.2f} |" if r else " 1 |"))
+        lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
 def thread_counts(cpu=None):
     """1, 2, then powers of two up to os.cpu_count(), and the count itself."""
     cpu = cpu or os.cpu_count() or 1
@@ -201,6 +415,31 @@ def thread_counts(cpu=None):
         counts.add(p)
         p *= 2
     return sorted(counts)
+
+
+def rounds_beside_writers(thread, process, repeats, one_round, log,
+                          timeout, what="latency"):
+    """Start a writer thread and a writer process, run one_round(rnd) for
+    a warm-up round (-1) and then each round (0 .. repeats - 1), logging
+    how long each took; join both writers and fail if the process failed.
+    The process is killed if it is still alive at the end."""
+    try:
+        thread.start()
+        process.start()
+        for rnd in range(-1, repeats):
+            t0 = time.perf_counter()
+            one_round(rnd)
+            log(f"# {what} {'warm-up' if rnd < 0 else 'round'}"
+                f"{f' {rnd + 1}/{repeats}' if rnd >= 0 else ''}: "
+                f"{time.perf_counter() - t0:.1f} s")
+        thread.join(timeout)
+        process.join(timeout)
+        if process.exitcode != 0:
+            raise RuntimeError(f"writer process exit code {process.exitcode}")
+    finally:
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def run_phase(reader, writer, nthreads, seconds, pause):

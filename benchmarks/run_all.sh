@@ -36,8 +36,7 @@ jsons=()
 latch_jsons=()
 wait_jsons=()
 for py in "$NORMAL" "$FREE"; do
-    tag=$("$py" -c 'import sys, sysconfig
-print(sys.implementation.cache_tag + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))')
+    tag=$("$py" -I tools/interp_tag.py)
     venv=$ROOT/build/bench-venv/$tag
     printf '\n==> %s (%s)\n' "$tag" "$py"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"

@@ -333,6 +333,11 @@ def assert_clean_exit(outcome, what):
 # ---- the benchmarks' smoke tests ----
 
 
+#: The folder holding the seqlock_py build under test (a benchmark's
+#: --old / --baseline build: this build against itself).
+THIS_BUILD = Path(seqlock_py.__file__).resolve().parents[1]
+
+
 def run_benchmark(script, *args, timeout=100):
     """Run benchmarks/<script> with args in a fresh interpreter (-P: the
     installed build); return its stdout, failing the test on a nonzero
@@ -342,3 +347,19 @@ def run_benchmark(script, *args, timeout=100):
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
+
+
+def run_benchmark_quick(script, tmp_path, *args, timeout=100):
+    """run_benchmark(script, "--quick", "--json" <a file in tmp_path>,
+    *args); return (that file's path, the result read back, stdout).  The
+    result must start as every benchmark's does (benchmarks/harness.py's
+    result_head() and result_tail())."""
+    import json
+
+    out = tmp_path / (Path(script).stem + ".json")
+    stdout = run_benchmark(script, "--quick", "--json", out, *args,
+                           timeout=timeout)
+    result = json.loads(out.read_text())
+    assert {"interpreter", "machine", "load_before",
+            "load_after"} <= set(result)
+    return out, result, stdout

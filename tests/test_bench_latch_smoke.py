@@ -4,27 +4,16 @@ JSON; with matplotlib installed, --plot draws reader_latency.png from it.
 No timing is asserted: the numbers depend on the machine and its load.
 """
 
-import json
 import math
 
 import pytest
 
-from process_helpers import run_benchmark
-
-
-
-def run(*args):
-    return run_benchmark("bench_latch.py", *args)
+from process_helpers import run_benchmark, run_benchmark_quick
 
 
 @pytest.mark.timeout(120)
 def test_bench_latch_quick_writes_json_and_plots(tmp_path):
-    out = tmp_path / "latch.json"
-    run("--quick", "--json", str(out))
-    result = json.loads(out.read_text())
-    assert {"interpreter", "machine", "load_before",
-            "load_after"} <= set(result)
-
+    out, result, _ = run_benchmark_quick("bench_latch.py", tmp_path)
     cells = {(c["placement"], c["contender"], c["hold_ms"]): c
              for c in result["latency"]}
     names = {"thread": ["SeqRecord.read()", "SeqLock.read(fn), dict",
@@ -52,7 +41,8 @@ def test_bench_latch_quick_writes_json_and_plots(tmp_path):
     assert set(write["slope"]) == set(write["kinds"])
 
     pytest.importorskip("matplotlib")
-    table = run("--plot", str(out), "--outdir", str(tmp_path))
+    table = run_benchmark("bench_latch.py", "--plot", out,
+                          "--outdir", tmp_path)
     assert (tmp_path / "reader_latency.png").stat().st_size > 0
     assert "| SeqRecord.read() | process |" in table
     assert "n/a (threads only)" in table

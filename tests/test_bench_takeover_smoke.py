@@ -7,33 +7,22 @@ Only that every kill was classified, every next writer went on writing
 (no hang) and found the record consistent.
 """
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 
-from process_helpers import run_benchmark
-
-import seqlock_py
+from process_helpers import THIS_BUILD, run_benchmark, run_benchmark_quick
 
 CASES = ["update/contend", "section/contend", "hold/contend", "update/alone"]
 STATES = {"free", "beacon", "gap 1", "gap 2", "other"}
 
 
-def run(*args):
-    return run_benchmark("bench_takeover.py", *args)
-
-
 @pytest.mark.timeout(120)
 def test_bench_takeover_quick_writes_json_and_table(tmp_path):
-    out = tmp_path / "takeover.json"
-    build = Path(seqlock_py.__file__).resolve().parents[1]
-    run("--quick", "--json", str(out), "--old", str(build),
+    out, result, _ = run_benchmark_quick(
+        "bench_takeover.py", tmp_path, "--old", THIS_BUILD,
         "--old-label", "this build")
-    result = json.loads(out.read_text())
-    assert {"interpreter", "machine", "load_before", "load_after",
-            "others_cpu", "builds", "seed"} <= set(result)
+    assert {"others_cpu", "builds", "seed"} <= set(result)
     assert result["cases"] == CASES
     assert [b["side"] for b in result["builds"]] == ["old", "new"]
     assert result["builds"][0]["label"] == "this build"
@@ -57,7 +46,7 @@ def test_bench_takeover_quick_writes_json_and_table(tmp_path):
             assert a["n"] == 3
             assert 0 <= a["p50_ms"] <= a["p99_ms"] <= a["max_ms"]
 
-    table = run("--table", str(out))
+    table = run_benchmark("bench_takeover.py", "--table", out)
     assert "| victim's loop | build | kills | free |" in table
     assert "old (this build)" in table
     assert "By state at the kill" in table

@@ -5,34 +5,23 @@ prints the tables from it.
 No timing is asserted: the numbers depend on the machine and its load.
 """
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 
-from process_helpers import run_benchmark
-
-import seqlock_py
+from process_helpers import THIS_BUILD, run_benchmark, run_benchmark_quick
 
 CONTENDERS = ["rec.wait(seq)", "await rec.wait_async(seq)",
               "poll: sleep(0.001)", "Condition.wait() / notify_all()"]
 KINDS = ["rec.update(x=v)", "with rec.write() as w: w.x = v"]
 
 
-def run(*args):
-    return run_benchmark("bench_wait.py", *args)
-
-
 @pytest.mark.timeout(120)
 def test_bench_wait_quick_writes_json_and_table(tmp_path):
-    out = tmp_path / "wait.json"
-    build = Path(seqlock_py.__file__).resolve().parents[1]
-    run("--quick", "--json", str(out), "--baseline", str(build),
+    out, result, _ = run_benchmark_quick(
+        "bench_wait.py", tmp_path, "--baseline", THIS_BUILD,
         "--baseline-label", "this build")
-    result = json.loads(out.read_text())
-    assert {"interpreter", "machine", "load_before", "load_after",
-            "loadavg_before", "loadavg_after"} <= set(result)
+    assert {"loadavg_before", "loadavg_after"} <= set(result)
 
     cells = {(c["placement"], c["contender"], c["waiter"]): c
              for c in result["latency"]}
@@ -73,7 +62,7 @@ def test_bench_wait_quick_writes_json_and_table(tmp_path):
     assert all(math.isfinite(r["median"]) and r["median"] > 0
                for r in base["ratio"].values())
 
-    table = run("--table", str(out))
+    table = run_benchmark("bench_wait.py", "--table", out)
     assert "| rec.wait(seq) | other thread |" in table
     assert "| `rec.wait(seq, T)` | process |" in table
     assert "new/old" in table

@@ -6,29 +6,21 @@ No timing is asserted: the numbers depend on the machine and its load.
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-COMPARE = Path(__file__).resolve().parent.parent / "benchmarks" / "compare.py"
-sys.path.insert(0, str(COMPARE.parent))
+from process_helpers import run_benchmark, run_benchmark_quick
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import compare  # noqa: E402
-
-
-def run_compare(*args):
-    proc = subprocess.run([sys.executable, "-P", str(COMPARE), *args],
-                          capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 @pytest.mark.timeout(180)
 def test_compare_quick_writes_json_and_plots(tmp_path):
-    out = tmp_path / "result.json"
-    proc = run_compare("--quick", "--json", str(out))
-    result = json.loads(out.read_text())
+    out, result, stdout = run_benchmark_quick("compare.py", tmp_path,
+                                              timeout=150)
     assert result["parts"] == ["threads", "single", "procs"]
     ran = set(result["contenders"])
     assert {"SeqLock.read(fn)", compare.READ_BOUND, compare.INTO_BOUND,
@@ -49,20 +41,21 @@ def test_compare_quick_writes_json_and_plots(tmp_path):
     assert set(result["procs"]["reads_per_s"]) == set(compare.PROC_CONTENDERS)
     assert set(compare.TARGETS) <= set(result["ratios"])
     assert len(result["load_rounds"]) == result["repeats"]
-    assert compare.READ_BOUND in proc.stdout
+    assert compare.READ_BOUND in stdout
     for name in compare.TARGETS:
         assert any(line.startswith(f"ratio {name}")
-                   for line in proc.stdout.splitlines()), name
+                   for line in stdout.splitlines()), name
 
     pytest.importorskip("matplotlib")
-    proc = run_compare("--plot", str(out), "--outdir", str(tmp_path))
+    tables = run_benchmark("compare.py", "--plot", out, "--outdir", tmp_path,
+                           timeout=150)
     for png in ("throughput.png", "writer_latency.png", "idioms.png"):
         assert (tmp_path / png).stat().st_size > 0
-    assert f"| {compare.READ_BOUND} |" in proc.stdout
-    assert "| SeqRecord.read(): global rec.read() |" in proc.stdout
-    assert "| `rec.read_into(bytearray)` |" in proc.stdout
-    assert "| `multiprocessing.Lock` |" in proc.stdout
-    assert "| read / threading.Lock (2 threads) | >= 4 |" in proc.stdout
+    assert f"| {compare.READ_BOUND} |" in tables
+    assert "| SeqRecord.read(): global rec.read() |" in tables
+    assert "| `rec.read_into(bytearray)` |" in tables
+    assert "| `multiprocessing.Lock` |" in tables
+    assert "| read / threading.Lock (2 threads) | >= 4 |" in tables
 
 
 def test_contender_names_can_be_listed_on_the_command_line():
@@ -72,10 +65,9 @@ def test_contender_names_can_be_listed_on_the_command_line():
 
 @pytest.mark.timeout(120)
 def test_compare_idioms_alone(tmp_path):
-    out = tmp_path / "idioms.json"
-    run_compare("--quick", "--idioms", "--parts", "threads", "--sizes", "4",
-                "--writers", "1khz", "--json", str(out))
-    result = json.loads(out.read_text())
+    _, result, _ = run_benchmark_quick(
+        "compare.py", tmp_path, "--idioms", "--parts", "threads",
+        "--sizes", "4", "--writers", "1khz", timeout=150)
     assert set(result["contenders"]) == set(compare.IDIOMS) | {"threading.Lock"}
     assert "single" not in result and "procs" not in result
     assert {(e["contender"], e["threads"]) for e in result["results"]} == {
@@ -86,15 +78,11 @@ def test_compare_idioms_alone(tmp_path):
 def test_ab_pairs_two_interpreters(tmp_path):
     # The same interpreter as A and B: only the JSON's shape is checked.
     out = tmp_path / "ab.json"
-    ab = COMPARE.parent / "ab.py"
-    proc = subprocess.run(
-        [sys.executable, str(ab), "--a", sys.executable, "--b", sys.executable,
-         "--pairs", "2", "--json", str(out), "--", "--parts", "threads",
-         "--sizes", "4", "--writers", "1khz", "--threads", "2",
-         "--repeats", "1", "--seconds", "0.01",
-         "--contenders", compare.READ_BOUND],
-        capture_output=True, text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr
+    run_benchmark("ab.py", "--a", sys.executable, "--b", sys.executable,
+                  "--pairs", "2", "--json", out, "--", "--parts", "threads",
+                  "--sizes", "4", "--writers", "1khz", "--threads", "2",
+                  "--repeats", "1", "--seconds", "0.01",
+                  "--contenders", compare.READ_BOUND)
     result = json.loads(out.read_text())
     assert result["pairs"] == 2 and len(result["samples"]) == 2
     assert [p["order"] for p in result["samples"]] == [["a", "b"], ["b", "a"]]
