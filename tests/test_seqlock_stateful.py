@@ -18,10 +18,8 @@ from hypothesis.stateful import (
 
 from seqlock_py import SeqLock
 
-BAD_SEQ_VALUES = st.one_of(
-    st.integers(max_value=-1),
-    st.integers(min_value=2**64),
-)
+NEGATIVE_SEQ = st.integers(max_value=-1)
+TOO_LARGE_SEQ = st.integers(min_value=2**64)
 NON_INT_SEQ = st.one_of(st.floats(), st.text(max_size=3), st.none(), st.binary(max_size=3))
 
 
@@ -195,9 +193,14 @@ class SeqLockMachine(RuleBasedStateMachine):
         with pytest.raises(TypeError):
             self.lock.read_retry(seq)
 
-    @rule(seq=BAD_SEQ_VALUES)
-    def read_retry_out_of_range_raises_value_error(self, seq):
+    @rule(seq=NEGATIVE_SEQ)
+    def read_retry_of_a_negative_value_raises_value_error(self, seq):
         with pytest.raises(ValueError):
+            self.lock.read_retry(seq)
+
+    @rule(seq=TOO_LARGE_SEQ)
+    def read_retry_of_2_to_the_64_or_more_raises_overflow_error(self, seq):
+        with pytest.raises(OverflowError):
             self.lock.read_retry(seq)
 
     # ---- invariants ----
