@@ -34,11 +34,13 @@ from workers import JOIN_TIMEOUT, WorkerError, run_threads  # noqa: E402,F401
 
 
 @contextlib.contextmanager
-def held_by_another_thread(lock, *, timeout=JOIN_TIMEOUT):
+def held_by_another_thread(lock, *, timeout=JOIN_TIMEOUT, section=None):
     """Hold ``lock``'s write lock in a helper thread for the block's duration.
 
-    Yields once the helper holds it; on exit the helper releases it and is
-    joined, and any exception it raised is re-raised.
+    The helper enters ``section()`` (default: ``lock`` itself, a SeqLock's
+    ``with lock:``; a SeqRecord passes ``section=rec.write``).  Yields once
+    the helper holds it; on exit the helper releases it and is joined, and
+    any exception it raised is re-raised.
     """
     taken = threading.Event()
     release = threading.Event()
@@ -46,7 +48,7 @@ def held_by_another_thread(lock, *, timeout=JOIN_TIMEOUT):
 
     def holder():
         try:
-            with lock:
+            with (section() if section else lock):
                 taken.set()
                 if not release.wait(timeout):
                     raise WorkerError("holder was never told to release")

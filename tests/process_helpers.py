@@ -319,10 +319,45 @@ def free_pid_number():
     pytest.skip("no free pid number")
 
 
+def run_isolated(code, *args, env=None, timeout=CHILD_TIMEOUT):
+    """Run ``code`` in a fresh interpreter (cwd /) with extra environment
+    ``env``; return ``(exit code, output)``, or ``(None, output)`` if it was
+    still running at ``timeout`` (then it is killed).  For children whose
+    hang is the failure to report (assert_clean_exit() names it)."""
+    full_env = child_env()
+    full_env.update(env or {})
+    try:
+        proc = subprocess.run(
+            python_command(code, *args), env=full_env, cwd="/",
+            capture_output=True, text=True, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        parts = [p.decode(errors="replace") if isinstance(p, bytes) else p
+                 for p in (exc.stdout, exc.stderr) if p]
+        return None, "".join(parts)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_plain(code, *args, faulthandler=False, timeout=CHILD_TIMEOUT):
+    """Run ``code`` in a fresh interpreter WITHOUT -X faulthandler (unless
+    asked): ``(exit code, output)``; a child still running at ``timeout``
+    is killed and the test fails."""
+    argv = [sys.executable] + (["-X", "faulthandler"] if faulthandler else []) + ["-c", code, *map(str, args)]
+    try:
+        proc = subprocess.run(argv, env=child_env(), cwd="/", capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the child was still running after {timeout} s (hang): {exc.stdout!r} {exc.stderr!r}")
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def assert_clean_exit(outcome, what):
-    """``outcome`` is run_python()'s (exit code, output): fail unless the
-    child exited 0 after printing a line that starts with "ok"."""
+    """``outcome`` is run_python()'s or run_isolated()'s (exit code,
+    output): fail unless the child exited 0 after printing a line that
+    starts with "ok" (an exit code None: it was still running at its
+    deadline)."""
     code, output = outcome
+    assert code is not None, f"{what}: still running at its deadline (hang)\n{output}"
     lines = [line.strip() for line in output.splitlines()]
     assert code == 0 and any(line.startswith("ok") for line in lines), (
         f"{what}: {describe_exit(code)}\n{output[-3000:]}"

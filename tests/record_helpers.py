@@ -96,6 +96,21 @@ def write_section_step(rec, k, pause=0.0):
         w.b = w.a + 1
 
 
+def write_until(rec, deadline, use_sections, start_k, pause=0.0):
+    """Write invariant states k = start_k, start_k + 1, ... until the
+    monotonic ``deadline``, with write() sections (write_section_step) or
+    update(); return how many writes were made."""
+    writes, k = 0, start_k
+    while time.monotonic() < deadline:
+        if use_sections:
+            write_section_step(rec, k, pause)
+        else:
+            rec.update(**invariant_state(k))
+        writes += 1
+        k += 1
+    return writes
+
+
 def read_counting_open_sections(rec, read):
     """read(), and whether it began and ended inside one open write
     section (the sequence odd and unchanged around it): a read a latch
@@ -106,6 +121,43 @@ def read_counting_open_sections(rec, read):
 
 
 # ---- shared memory ----
+
+
+# A writer process for PythonProcess: argv is the SharedMemory block's name,
+# the record's fields ("x=q,y=q") and the fields each update() sets
+# ("x,y").  Attaches, prints "writing", then update()s those fields to 1,
+# 2, 3, ... flat out until killed.
+UPDATE_FLAT_OUT = r'''
+import sys
+from record_helpers import open_shared_record
+
+fields = dict(f.split("=") for f in sys.argv[2].split(","))
+rec = open_shared_record(sys.argv[1], **fields)
+setting = sys.argv[3].split(",")
+print("writing", flush=True)
+i = 0
+while True:
+    i += 1
+    rec.update(**{name: i for name in setting})
+'''
+
+
+def writer_left_by_a_dead_thread(rec):
+    """A RecordWriter of ``rec`` entered by a thread that then exited inside
+    it (having set x = 1.0): a dead writer's section, and its object."""
+    box = []
+
+    def die_inside():
+        w = rec.write()
+        w.__enter__()
+        w.x = 1.0
+        box.append(w)
+
+    t = threading.Thread(target=die_inside, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "thread hung"
+    return box.pop()
 
 
 def attach_shared_memory(name):
@@ -202,17 +254,8 @@ def process_writer(name, barrier, duration, queue, start_k, use_sections, pause=
     def work():
         shm = attach_shared_memory(name)
         rec = SeqRecord.attach(shm.buf, **INVARIANT_FIELDS)
-        writes = 0
         barrier.wait(timeout=60)
-        deadline = time.monotonic() + duration
-        k = start_k
-        while time.monotonic() < deadline:
-            if use_sections:
-                write_section_step(rec, k, pause)
-            else:
-                rec.update(**invariant_state(k))
-            writes += 1
-            k += 1
+        writes = write_until(rec, time.monotonic() + duration, use_sections, start_k, pause)
         del rec
         shm.close()
         return {"writes": writes}

@@ -16,24 +16,11 @@ import time
 
 from conftest import report
 from process_helpers import PythonProcess
-from record_helpers import map_shared_memory, peek, shared_memory_block
+from record_helpers import UPDATE_FLAT_OUT, map_shared_memory, peek, shared_memory_block
 from seqlock_py import SeqRecord
 
 FIELDS = dict(x="q", y="q")  # invariant: x == y
 KILLS = 10
-
-# argv: the SharedMemory name.  update() flat out until killed.
-UPDATE_FLAT_OUT = r'''
-import sys
-from record_helpers import open_shared_record
-
-rec = open_shared_record(sys.argv[1], x="q", y="q")
-print("writing", flush=True)
-i = 0
-while True:
-    i += 1
-    rec.update(x=i, y=i)
-'''
 
 
 def test_next_writer_takes_over_from_a_writer_killed_in_a_flat_out_update_loop(record_property):
@@ -50,7 +37,7 @@ def test_next_writer_takes_over_from_a_writer_killed_in_a_flat_out_update_loop(r
         takeovers = []
         held = in_gap = 0  # kills with the lock word held; of those, in a gap
         for _ in range(KILLS):
-            with PythonProcess(UPDATE_FLAT_OUT, shm.name) as writer:
+            with PythonProcess(UPDATE_FLAT_OUT, shm.name, "x=q,y=q", "x,y") as writer:
                 writer.expect("writing")
                 time.sleep(random.uniform(0.02, 0.1))
                 os.kill(writer.proc.pid, signal.SIGKILL)

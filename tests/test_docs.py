@@ -39,3 +39,23 @@ def test_docs_example_runs(page, source, tmp_path, monkeypatch):
 @pytest.mark.parametrize(("page", "target"), LINKS)
 def test_docs_link_points_at_a_file_that_exists(page, target):
     assert (page.parent / target).exists(), f"{page.name} links to {target}, which is missing"
+
+
+ROOT = DOCS.parent
+CITING = PAGES + [ROOT / "README.md", ROOT / "ARCHITECTURE.md"]
+CITED_TESTS = sorted({
+    (page.name, path, name)
+    for page in CITING
+    for path, name in re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", page.read_text())
+})
+
+
+@pytest.mark.parametrize(("page", "path", "name"), CITED_TESTS,
+                         ids=[f"{p}-{t}{'::' + n if n else ''}" for p, t, n in CITED_TESTS])
+def test_docs_cite_test_files_and_tests_that_exist(page, path, name):
+    """A page that names a test file (or file::test) names one that exists:
+    tests move between files (issue 18), citations must follow."""
+    assert (ROOT / path).is_file(), f"{page} cites {path}, which is missing"
+    if name:
+        assert re.search(rf"^\s*(async )?def {name}\(", (ROOT / path).read_text(), re.M), (
+            f"{page} cites {path}::{name}, which is not defined there")

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import math
 import signal
+import struct
 import threading
 import time
 
@@ -18,7 +19,7 @@ import pytest
 
 from seqlock_py import SeqLock, SeqRecord
 from process_helpers import PythonProcess
-from workers import run_threads
+from workers import SHORT, run_threads, start_in_thread
 
 # A wake-up arrives well within this; a waiter's nap (1 s) or the tests'
 # long timeouts (LONG) would not.
@@ -606,3 +607,75 @@ def test_wait_without_timeout_looks_exactly_at_whether_the_state_is_another(ops,
                     raise KeyError
     assert rec.read_versioned()[0] == rec.sequence == 2 * len(ops)
     assert rec.wait(seq, 0) is (seq != rec.sequence)
+
+
+# ---- sequence numbers at the edges of the count ------------------------------
+
+
+def set_record_count(buf, rec, count):
+    """Set rec's sequence count (in buf) to the even count: the word that
+    rec.sequence reads, found by trying each word equal to it."""
+    rec.update(x=0)
+    now = struct.pack("<Q", rec.sequence)
+    for i in range(0, len(buf) - 7, 8):
+        if bytes(buf[i:i + 8]) == now:
+            struct.pack_into("<Q", buf, i, count)
+            if rec.sequence == count:
+                return
+            buf[i:i + 8] = now
+    raise AssertionError("no count word found")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("start", [2**32 - 2, 2**64 - 2], ids=["2**32", "2**64"])
+def test_a_section_crossing_a_count_boundary_wakes_a_waiter_at_once(start):
+    """Failed for 2**64: a waiter asleep on the odd count 2**64 - 1 (a
+    section open at the top of the range) was not woken when the count
+    wrapped to 0 (the section end's check wake_from + 1 >= seq overflowed)
+    and slept its whole 1 s nap.  2**32 (the futex word is the count's low
+    half) held."""
+    buf = bytearray(SeqRecord.buffer_size(x="q"))
+    rec = SeqRecord.create(buf, x="q")
+    set_record_count(buf, rec, start)
+    assert rec.sequence == start
+    section = rec.write()
+    section.__enter__()
+    section.x = 1
+    waiter, box = start_in_thread(rec.wait, start, SHORT)
+    time.sleep(0.2)  # asleep on the odd count
+    ended_at = time.monotonic()
+    section.__exit__(None, None, None)
+    waiter.join(LONG)
+    assert box and box[0][:2] == ("ok", True), box
+    assert box[0][2] - ended_at < WOKEN
+    assert rec.read_versioned() == ((start + 2) % 2**64, (1,))
+
+
+# ---- a wait inside a read function ------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_wait_inside_a_read_function_cannot_hang_the_reader():
+    """Held: a read function that waits for news (timeout) while writers
+    run: read() ends, through a locked pass whose wait raises or times
+    out, never a hang."""
+    lock = SeqLock(max_retries=1)
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            with lock:
+                pass
+            time.sleep(0.001)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(5):
+            try:
+                lock.read(lambda: lock.wait(lock.sequence, 0.05))
+            except RuntimeError:
+                pass
+    finally:
+        stop.set()
+        t.join()

@@ -21,25 +21,12 @@ import pytest
 
 from conftest import report
 from process_helpers import PythonProcess
-from record_helpers import map_shared_memory, peek, poke, shared_memory_block
+from record_helpers import UPDATE_FLAT_OUT, map_shared_memory, peek, poke, shared_memory_block
 from seqlock_py import SeqRecord
 
 BIG = dict(x="q", v="200000d")  # 1.6 MB of data: a copy takes a while
 LONGEST_READ = 0.25  # seconds; the writer is stopped for 0.5 s at a time
 STOPS, STOP_SECONDS, RUN_SECONDS = 10, 0.5, 0.1
-
-# argv: the SharedMemory name.  Updates one field flat out until killed.
-STORM_OF_ONE_FIELD_UPDATES = r'''
-import sys
-from record_helpers import open_shared_record
-
-rec = open_shared_record(sys.argv[1], x="q", v="200000d")
-print("storming", flush=True)
-i = 0
-while True:
-    i += 1
-    rec.update(x=i)
-'''
 
 
 @pytest.fixture
@@ -84,8 +71,9 @@ def test_reader_never_waits_for_a_writer_process_stopped_in_a_storm_of_updates(
     rec.max_retries = 0
     raw = bytearray(rec.nbytes)
     fmt = rec.format
-    with PythonProcess(STORM_OF_ONE_FIELD_UPDATES, name) as writer:
-        writer.expect("storming")
+    # A storm of one-field updates:
+    with PythonProcess(UPDATE_FLAT_OUT, name, "x=q,v=200000d", "x") as writer:
+        writer.expect("writing")
         done = threading.Event()
         stopper = threading.Thread(
             target=stop_and_continue,

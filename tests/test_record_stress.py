@@ -27,6 +27,7 @@ from record_helpers import (
     holds_for_tuple,
     invariant_state,
     process_die_in_write_section,
+    write_until,
     process_hold_a_section,
     read_counting_open_sections,
     process_reader,
@@ -103,16 +104,8 @@ def test_threads_never_see_a_torn_snapshot(pause):
 
     def writer(use_sections, start_k):
         pin("writer")
-        writes, k = 0, start_k
-        deadline = time.monotonic() + DURATION
         try:
-            while time.monotonic() < deadline:
-                if use_sections:
-                    write_section_step(rec, k, pause)
-                else:
-                    rec.update(**invariant_state(k))
-                writes += 1
-                k += 1
+            writes = write_until(rec, time.monotonic() + DURATION, use_sections, start_k, pause)
         finally:
             stop.set()  # the first writer to finish ends the run
         return {"writer": "write()" if use_sections else "update()", "writes": writes}
@@ -224,13 +217,20 @@ def test_reader_gets_the_last_committed_snapshot_during_another_process_open_sec
     del rec
 
 
-def test_readers_are_unaffected_by_a_writer_process_that_died_in_its_section(shm):
+def record_whose_writer_process_died_in_its_section(shm):
+    """A new invariant record in ``shm`` whose writer, a spawned process
+    (process_die_in_write_section), died inside a half-written section."""
     rec = new_invariant_record(shm.buf)
     ctx = multiprocessing.get_context("spawn")
     child = ctx.Process(target=process_die_in_write_section, args=(shm.name,))
     child.start()
-    child.join(60)
+    child.join(60)  # reap it first: a zombie still counts as alive
     assert child.exitcode == 0
+    return rec
+
+
+def test_readers_are_unaffected_by_a_writer_process_that_died_in_its_section(shm):
+    rec = record_whose_writer_process_died_in_its_section(shm)
     assert rec.locked()  # the dead writer's section is still open
     assert rec.sequence % 2 == 1
 
@@ -249,12 +249,7 @@ def test_readers_are_unaffected_by_a_writer_process_that_died_in_its_section(shm
 
 
 def test_dead_writer_is_recovered_by_the_next_writer(shm):
-    rec = new_invariant_record(shm.buf)
-    ctx = multiprocessing.get_context("spawn")
-    child = ctx.Process(target=process_die_in_write_section, args=(shm.name,))
-    child.start()
-    child.join(60)  # reap it first: a zombie still counts as alive
-    assert child.exitcode == 0
+    rec = record_whose_writer_process_died_in_its_section(shm)
 
     t0 = time.monotonic()
     with rec.write(timeout=30) as w:

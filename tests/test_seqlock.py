@@ -6,15 +6,12 @@ the specification of ``seqlock_py.SeqLock``.
 from __future__ import annotations
 
 import _thread
-import copy
 import gc
 import inspect
 import os
-import pickle
 import signal
 import threading
 import time
-import weakref
 
 import pytest
 
@@ -24,6 +21,7 @@ from conftest import (
     run_in_fresh_interpreter,
     run_threads,
 )
+from common_lock_tests import WriteLockTests
 from seqlock_py import SeqLock
 
 #: "Returns promptly": generous, because the machine is noisy.
@@ -43,12 +41,6 @@ def write_in_another_thread(lock, fn=lambda: None):
 # ---- construction ---------------------------------------------------------
 
 
-def test_a_new_lock_has_sequence_zero_and_is_unlocked():
-    lock = SeqLock()
-    assert lock.sequence == 0
-    assert lock.locked() is False
-
-
 @pytest.mark.parametrize(
     "args, kwargs", [((1,), {}), ((None,), {}), ((), {"x": 1})]
 )
@@ -57,147 +49,22 @@ def test_seqlock_takes_no_positional_or_unknown_arguments(args, kwargs):
         SeqLock(*args, **kwargs)
 
 
-# ---- the sequence count and locked() --------------------------------------
+# ---- the write lock (shared with SeqRecord: tests/common_lock_tests.py) --
 
 
-def test_sequence_is_odd_inside_a_write_section(lock):
-    with lock:
-        assert lock.sequence % 2 == 1
+class TestWriteLock(WriteLockTests):
+    """A SeqLock's write lock: ``with lock:``, ``with lock.write():`` and
+    ``with lock.write(timeout):`` each open a write section, binding the
+    lock itself."""
 
+    def make(self):
+        return SeqLock()
 
-def test_sequence_is_even_when_no_writer_is_active(lock):
-    assert lock.sequence % 2 == 0
-    with lock:
-        pass
-    assert lock.sequence % 2 == 0
+    def sections(self, lock):
+        return [lambda: lock, lock.write, lambda: lock.write(timeout=1)]
 
-
-def test_sequence_advances_by_two_per_completed_write(lock):
-    for n in range(1, 6):
-        with lock:
-            pass
-        assert lock.sequence == 2 * n
-    assert lock.acquire_write()
-    lock.release_write()
-    with lock.write(timeout=1):
-        pass
-    assert lock.sequence == 14
-
-
-def test_sequence_is_odd_while_another_thread_writes(lock):
-    with held_by_another_thread(lock):
-        assert lock.sequence == 1
-    assert lock.sequence == 2
-
-
-def test_sequence_is_read_only(lock):
-    with pytest.raises(AttributeError):
-        lock.sequence = 2
-    assert lock.sequence == 0
-
-
-def test_locked_is_true_inside_a_write_section_and_false_after(lock):
-    assert lock.locked() is False
-    with lock:
-        assert lock.locked() is True
-    assert lock.locked() is False
-
-
-def test_locked_is_true_while_another_thread_writes(lock):
-    with held_by_another_thread(lock):
-        assert lock.locked() is True
-    assert lock.locked() is False
-
-
-# ---- write sections -------------------------------------------------------
-
-
-def test_with_lock_binds_the_lock_itself(lock):
-    with lock as target:
-        assert target is lock
-
-
-def test_write_context_binds_the_lock(lock):
-    with lock.write() as target:
-        assert target is lock
-    with lock.write(timeout=0.5) as target:
-        assert target is lock
-
-
-def test_write_lock_is_released_when_the_body_raises(lock):
-    with pytest.raises(ZeroDivisionError):
-        with lock:
-            1 / 0
-    assert not lock.locked()
-    assert lock.sequence == 2
-
-
-def test_write_context_lock_is_released_when_the_body_raises(lock):
-    with pytest.raises(ZeroDivisionError):
-        with lock.write(timeout=1):
-            1 / 0
-    assert not lock.locked()
-    assert lock.sequence == 2
-
-
-def test_a_write_context_can_be_entered_again_after_it_exited(lock):
-    section = lock.write(timeout=1)
-    with section:
-        pass
-    with section:
-        pass
-    assert lock.sequence == 4
-
-
-def test_write_timeout_raises_timeout_error_while_another_thread_writes(lock):
-    with held_by_another_thread(lock):
-        with pytest.raises(TimeoutError):
-            with lock.write(timeout=0.05):
-                pytest.fail("entered a write section held by another thread")
-        assert lock.sequence == 1
-    assert lock.sequence == 2
-
-
-def test_write_timeout_zero_raises_timeout_error_while_another_thread_writes(lock):
-    with held_by_another_thread(lock):
-        with pytest.raises(TimeoutError):
-            with lock.write(timeout=0):
-                pass
-
-
-def test_write_with_a_timeout_succeeds_when_the_lock_is_free(lock):
-    with lock.write(timeout=0):
-        assert lock.locked()
-    assert lock.sequence == 2
-
-
-def test_write_waits_until_the_other_writer_finishes(lock):
-    results = []
-
-    def write():
-        with lock.write(timeout=PROMPT * 4):
-            results.append(lock.sequence)
-
-    with held_by_another_thread(lock):
-        waiter = threading.Thread(target=write)
-        waiter.start()
-        time.sleep(0.1)
-        assert waiter.is_alive(), "the second writer did not wait"
-    waiter.join(PROMPT)
-    assert results == [3]
-    assert lock.sequence == 4
-
-
-@pytest.mark.parametrize("timeout", [-0.5, -2, -1.5])
-def test_write_rejects_a_negative_timeout_with_value_error(lock, timeout):
-    with pytest.raises(ValueError, match="timeout value must be positive"):
-        lock.write(timeout=timeout)
-
-
-@pytest.mark.parametrize("timeout", [float("inf"), 1e300, 10.0 * threading.TIMEOUT_MAX])
-def test_write_rejects_a_too_large_timeout_with_overflow_error(lock, timeout):
-    with pytest.raises(OverflowError):
-        lock.write(timeout=timeout)
+    def binds(self, lock, target):
+        return target is lock
 
 
 # ---- acquire_write / release_write ----------------------------------------
@@ -292,15 +159,6 @@ def test_acquire_write_non_number_timeout_raises_type_error(lock):
 # ---- misuse ---------------------------------------------------------------
 
 
-def test_nested_with_from_the_owning_thread_raises_runtime_error(lock):
-    with lock:
-        with pytest.raises(RuntimeError):
-            with lock:
-                pass
-        assert lock.locked() and lock.sequence == 1
-    assert lock.sequence == 2
-
-
 @pytest.mark.parametrize(
     "nested",
     [
@@ -370,15 +228,6 @@ def test_read_without_fn_raises_type_error(lock):
 
 
 @pytest.mark.parametrize(
-    "copier", [copy.copy, copy.deepcopy]
-    + [lambda o, p=p: pickle.dumps(o, protocol=p) for p in range(pickle.HIGHEST_PROTOCOL + 1)],
-)
-def test_pickling_and_copying_raise_type_error(lock, copier):
-    with pytest.raises(TypeError):
-        copier(lock)
-
-
-@pytest.mark.parametrize(
     "name",
     [
         "acquire_write",
@@ -411,28 +260,6 @@ def test_inspect_signature_works_on_the_write_context(lock):
     section = lock.write()
     inspect.signature(section.__enter__)
     inspect.signature(section.__exit__)
-
-
-def test_a_seqlock_can_be_weakly_referenced_and_the_reference_dies_with_it():
-    lock = SeqLock()
-    ref = weakref.ref(lock)
-    assert ref() is lock
-    del lock
-    gc.collect()
-    assert ref() is None
-
-
-def test_a_write_context_keeps_its_lock_alive():
-    lock = SeqLock()
-    ref = weakref.ref(lock)
-    section = lock.write()
-    del lock
-    gc.collect()
-    with section as target:
-        assert target is ref()
-    del section, target
-    gc.collect()
-    assert ref() is None
 
 
 # ---- read(fn) -------------------------------------------------------------

@@ -19,6 +19,14 @@ import time
 #: How long any helper waits for a thread before declaring a deadlock.
 JOIN_TIMEOUT = 30.0
 
+# Deadlines of the tests of waits (no test asserts how fast anything is):
+#: a wake-up arrives well within this; a waiter's nap (1 s) would not;
+WOKEN = 0.5
+#: a wait that must not run out;
+LONG = 20.0
+#: the timeout of waits that failed by sleeping it out.
+SHORT = 4.0
+
 
 class WorkerError(Exception):
     """Raised in the test when a worker thread did not finish in time."""
@@ -105,6 +113,38 @@ class Call:
         if not ok:
             raise value
         return value
+
+
+def start_in_thread(fn, *args):
+    """Run ``fn(*args)`` in a daemon thread; return ``(thread, box)``, where
+    box gets ``("ok", result, when)`` or ``("raised", exception, when)``
+    (``when``: time.monotonic() at the return), for tests that check
+    whether, and when, a wait in another thread ended."""
+    box = []
+
+    def run():
+        try:
+            box.append(("ok", fn(*args), time.monotonic()))
+        except BaseException as exc:  # reported to the test
+            box.append(("raised", exc, time.monotonic()))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def start_daemon(target, *args):
+    """Start ``target(*args)`` in a daemon thread; return the thread."""
+    t = threading.Thread(target=target, args=args, daemon=True)
+    t.start()
+    return t
+
+
+def join_in_time(t, timeout=JOIN_TIMEOUT):
+    """Join thread ``t``; fail the test if it is still running after
+    ``timeout`` seconds."""
+    t.join(timeout)
+    assert not t.is_alive(), "thread hung"
 
 
 def stress_seconds(default):

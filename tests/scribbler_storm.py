@@ -1,4 +1,4 @@
-"""A scribbler storm for test_hostile_shared.py: a co-tenant process
+"""A scribbler storm for test_lock_corruption.py: a co-tenant process
 rewrites random 32-bit words of a live record (header, lock words, layout
 text, both copies) at a high rate, while readers (a read-only one too),
 waiters and writers run in other processes.  run_storm() returns a report:
@@ -7,7 +7,7 @@ the worst overrun of a call with a timeout past it (max_over) and the
 longest read (max_read); the bytes written outside the record (canaries
 of a page on each side); how many rewrites the scribbler made.
 
-Run as a script: python hostile_storm.py SECONDS MODE SEED [ROLES]
+Run as a script: python scribbler_storm.py SECONDS MODE SEED [ROLES]
 (MODE: all, nolinks: not the robust-list links at 136-151, nobeacon: not
 bytes 112-151, header: the first 192 bytes only)."""
 import json, os, random, struct, subprocess, sys, time, mmap, signal

@@ -1,0 +1,338 @@
+"""Waiting for news from many threads: every waiter is answered, and every
+thread a wait starts ends with it.
+
+wait_async() waits in a helper thread ("seqlock_py wait_async"); it ends
+when its await is cancelled (however the cancel lands), when its event
+loop is closed under it (at the next write), on Ctrl-C in asyncio.run(),
+and at interpreter exit while a writer still writes.  Hundreds of
+wait_async or a thousand waiting threads are all answered by one write; a
+waiter keeps its record and the record's shared memory alive; one
+changes() iterator used from two threads raises ValueError for the
+second, never crashes.
+
+From the hostile review of waiting (issue 11): each docstring says what
+failed when it was written, or "Held:".  Every wait has a deadline; the
+only timing bounds are "woken well before the waiter's 1 s nap" (WOKEN)
+and "did not hang".
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+
+import pytest
+
+from process_helpers import PythonProcess, run_python
+from seqlock_py import SeqLock, SeqRecord
+from workers import LONG, WOKEN, start_in_thread
+
+
+def waiter_threads():
+    return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
+
+
+def no_waiter_thread_left(within=5.0):
+    deadline = time.monotonic() + within
+    while waiter_threads() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not waiter_threads()
+
+
+# ---- cancelling --------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_cancelling_a_waiter_ends_its_thread_promptly_however_the_cancel_lands():
+    """Failed (rarely, here; every time in the C test that aims at the
+    window): a cancel landing between the waiter's look at its flag and
+    its futex wait found nobody to wake, and the wait_async thread slept
+    on for its 1 s nap after the await had been cancelled."""
+    lock = SeqLock()
+    seq = lock.sequence
+    slow, rounds = 0, 0
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and not slow:
+        waiter = lock._waiter(seq, None)
+        t = threading.Thread(target=waiter.wait)
+        t.start()
+        for _ in range(rounds % 500):
+            pass
+        cancelled_at = time.monotonic()
+        waiter.cancel()
+        t.join(LONG)
+        slow += time.monotonic() - cancelled_at >= WOKEN
+        rounds += 1
+    assert slow == 0, f"{slow} of {rounds} cancels took a nap"
+
+
+@pytest.mark.timeout(60)
+def test_cancelling_hundreds_of_wait_async_ends_every_thread():
+    """Held: 300 pending wait_async cancelled at once all end their
+    threads (each cancel wakes every sleeper on the lock)."""
+    lock = SeqLock()
+
+    async def main():
+        tasks = [asyncio.ensure_future(lock.wait_async(lock.sequence, LONG)) for _ in range(300)]
+        await asyncio.sleep(0.3)
+        assert len(waiter_threads()) == 300
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results)
+
+    asyncio.run(main())
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(60)
+def test_hundreds_of_wait_async_are_all_answered_by_one_write():
+    """Held: 300 concurrent wait_async on one record all answer True after
+    one write and leave no thread behind."""
+    rec = SeqRecord(x="q")
+
+    async def main():
+        seq = rec.sequence
+        tasks = [asyncio.ensure_future(rec.wait_async(seq, LONG)) for _ in range(300)]
+        await asyncio.sleep(0.3)
+        rec.update(x=1)
+        return await asyncio.wait_for(asyncio.gather(*tasks), LONG)
+
+    assert asyncio.run(main()) == [True] * 300
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(30)
+def test_a_wait_thread_outliving_its_closed_loop_ends_at_the_next_write():
+    """Held: the loop is closed while a wait_async thread still sleeps
+    (its task left pending); the next write ends the thread quietly."""
+    lock = SeqLock()
+    hooked = []
+    old_hook = threading.excepthook
+    threading.excepthook = hooked.append
+    try:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(lock.wait_async(lock.sequence))
+        loop.run_until_complete(asyncio.sleep(0.1))
+        loop.close()
+        assert len(waiter_threads()) == 1
+        with lock:
+            pass
+        assert no_waiter_thread_left()
+        assert not hooked
+        del task
+    finally:
+        threading.excepthook = old_hook
+
+
+ASYNCIO_CTRL_C_SCRIPT = """
+import asyncio, threading
+from seqlock_py import SeqLock
+lock = SeqLock()
+async def main():
+    print("ready", flush=True)
+    await lock.wait_async(lock.sequence)
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    left = [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
+    for t in left:
+        t.join(5)
+    print("interrupted", sum(t.is_alive() for t in left), flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_during_asyncio_run_ends_the_wait_and_its_thread():
+    """Held: SIGINT to asyncio.run awaiting wait_async raises
+    KeyboardInterrupt at once, and the wait thread ends."""
+    with PythonProcess(ASYNCIO_CTRL_C_SCRIPT) as child:
+        child.expect("ready")
+        time.sleep(0.2)
+        child.proc.send_signal(signal.SIGINT)
+        line = child.expect("interrupted", timeout=10)
+        code, out = child.finish()
+    assert line == "interrupted 0", out
+    assert code == 0, out
+
+
+# ---- interpreter exit --------------------------------------------------------
+
+
+SHUTDOWN_SCRIPT = """
+import asyncio, threading, sys
+from multiprocessing import shared_memory
+from seqlock_py import SeqLock, SeqRecord
+shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="q"))
+rec = SeqRecord.create(shm.buf, x="q")
+shm.unlink()
+lock = SeqLock()
+for _ in range(20):
+    threading.Thread(target=rec.wait, args=(rec.sequence,), daemon=True).start()
+    threading.Thread(target=lock.wait, args=(lock.sequence,), daemon=True).start()
+def writer():
+    i = 0
+    while True:
+        i += 1
+        rec.update(x=i)
+        with lock:
+            pass
+threading.Thread(target=writer, daemon=True).start()
+async def main():
+    for _ in range(20):
+        asyncio.ensure_future(rec.wait_async(2**60))
+    await asyncio.sleep(0.1)
+    asyncio.get_running_loop().stop()
+try:
+    asyncio.run(main())
+except RuntimeError:
+    pass
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("run", range(3))
+def test_interpreter_exit_with_sleeping_waiters_and_a_flat_out_writer_is_clean(run):
+    """Held: daemon threads asleep in wait() and wait_async threads left
+    by a stopped loop, woken again and again by a writer while the
+    interpreter finalises: exit 0, no crash, no hang."""
+    code, out = run_python(SHUTDOWN_SCRIPT, timeout=60)
+    assert code == 0 and "exiting" in out, out
+    assert "Fatal Python error" not in out, out
+
+
+# ---- changes() from two threads ----------------------------------------------
+
+
+SHARED_ITERATOR_SCRIPT = """
+import sys, threading, time
+from seqlock_py import SeqRecord
+rec = SeqRecord(x="q")
+items = rec.changes(timeout=1.0)
+deadline = time.monotonic() + float(sys.argv[1])
+def consume():
+    while time.monotonic() < deadline:
+        try:
+            next(items)
+        except StopIteration:
+            return
+        except ValueError as exc:
+            assert "already" in str(exc), exc
+def write():
+    i = 0
+    while time.monotonic() < deadline:
+        i += 1
+        rec.update(x=i)
+threads = [threading.Thread(target=consume) for _ in range(2)]
+threads.append(threading.Thread(target=write))
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ok", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_one_changes_iterator_used_from_two_threads_never_crashes_the_interpreter():
+    """Failed on 3.13t (free-threaded): changes() is a plain generator, and
+    two threads calling next() on it at once crashed the interpreter
+    (SIGSEGV / SIGABRT in 4 runs of 10 of 2 s): 3.13t does not serialise a
+    generator's frame.  Demanded: ValueError for the second thread, as
+    with the GIL, never a crash."""
+    for _ in range(6):
+        code, out = run_python(SHARED_ITERATOR_SCRIPT, 2.0, timeout=60)
+        assert code == 0 and out.startswith("ok"), f"exit {code}\n{out[-3000:]}"
+
+
+@pytest.mark.timeout(30)
+def test_changes_from_two_threads_raises_already_executing_for_the_second():
+    """Held (GIL builds; demanded of all): the second thread's next() on a
+    changes() iterator that is waiting in another thread raises
+    ValueError at once instead of sharing the wait."""
+    rec = SeqRecord(x="q")
+    items = rec.changes(timeout=LONG)
+    next(items)
+    waiter, box = start_in_thread(next, items)
+    time.sleep(0.1)
+    with pytest.raises(ValueError):
+        next(items)
+    rec.update(x=1)
+    waiter.join(LONG)
+    assert box and box[0][0] == "ok" and box[0][1][1] == (1,), box
+
+
+# ---- many waiters, and what they keep alive ----------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_thousand_waiting_threads_are_all_woken_by_one_write():
+    """Held: 1000 threads asleep on one lock all return True after one
+    write, well before their nap."""
+    lock = SeqLock()
+    seq = lock.sequence
+    old_size = threading.stack_size(256 * 1024)
+    try:
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(lock.wait(seq, LONG)))
+                   for _ in range(1000)]
+        for t in threads:
+            t.start()
+    finally:
+        threading.stack_size(old_size)
+    time.sleep(0.5)
+    with lock:
+        pass
+    for t in threads:
+        t.join(LONG)
+    assert len(results) == 1000 and all(results)
+
+
+@pytest.mark.timeout(30)
+def test_a_waiter_keeps_its_record_alive_after_the_last_other_reference_goes():
+    """Held: del of the only name of a record another thread waits on (in
+    wait() and in a wait_async thread) frees nothing under them."""
+    import gc
+    import weakref
+
+    rec = SeqRecord(x="q")
+    seq = rec.sequence
+    waiter = rec._waiter(seq, LONG)
+    t1, box1 = start_in_thread(rec.wait, seq, 1.0)
+    t2, box2 = start_in_thread(waiter.wait)
+    ref = weakref.ref(rec)
+    del rec
+    gc.collect()
+    time.sleep(0.1)
+    assert ref() is not None
+    ref().update(x=1)
+    t1.join(LONG)
+    t2.join(LONG)
+    assert box1[0][:2] == ("ok", True) and box2[0][:2] == ("ok", True)
+    del waiter, t1, t2
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.timeout(30)
+def test_shared_memory_cannot_be_closed_under_a_waiter():
+    """Held: the record holds its buffer, so SharedMemory.close() is refused
+    (BufferError) instead of unmapping the count a waiter sleeps on."""
+    from multiprocessing import shared_memory
+
+    shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="q"))
+    try:
+        rec = SeqRecord.create(shm.buf, x="q")
+        waiter, box = start_in_thread(rec.wait, rec.sequence, LONG)
+        time.sleep(0.1)
+        with pytest.raises(BufferError):
+            shm.close()
+        rec.update(x=1)
+        waiter.join(LONG)
+        assert box[0][:2] == ("ok", True)
+        del rec, waiter, box
+    finally:
+        shm.close()
+        shm.unlink()
