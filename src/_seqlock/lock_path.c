@@ -317,6 +317,21 @@ check_record_lock(bound_lock *b)
     return 0;
 }
 
+/* Take the lock word within timeout_ns, the owner kept alive while this
+ * thread holds it; `misuse` is the RuntimeError's message if the thread
+ * holds it already. */
+static lock_status
+take_lock_word(bound_lock *b, int64_t timeout_ns, const char *misuse)
+{
+    lock_status status = status_of(
+        wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS, NULL),
+        misuse);
+    if (status > LOCK_TIMED_OUT) {
+        keep_owner(b);
+    }
+    return status;
+}
+
 lock_status
 lock_write(bound_lock *b, int64_t timeout_ns)
 {
@@ -324,13 +339,10 @@ lock_write(bound_lock *b, int64_t timeout_ns)
         PyErr_SetString(PyExc_TypeError, READ_ONLY_RECORD);
         return LOCK_FAILED;
     }
-    lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS, NULL),
-        WRITING_TWICE);
+    lock_status status = take_lock_word(b, timeout_ns, WRITING_TWICE);
     if (status <= LOCK_TIMED_OUT) {
         return status;
     }
-    keep_owner(b);
     if (b->record != NULL) {
         record_open_section(&b->record->view, status == LOCK_TAKEN_OVER);
     }
@@ -419,13 +431,8 @@ abort_write(bound_lock *b)
 lock_status
 lock_excl(bound_lock *b, int64_t timeout_ns)
 {
-    lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS, NULL),
-        READING_WHILE_WRITING);
-    if (status <= LOCK_TIMED_OUT) {
-        return status;
-    }
-    keep_owner(b);
+    lock_status status = take_lock_word(b, timeout_ns,
+                                        READING_WHILE_WRITING);
     if (status != LOCK_TAKEN_OVER) {
         return status;
     }
