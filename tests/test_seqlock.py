@@ -405,6 +405,15 @@ def test_read_retry_rejects_a_non_int_with_type_error(lock, seq):
         lock.read_retry(seq)
 
 
+@pytest.mark.parametrize("seq", [0.0, "0", None])
+def test_read_retry_type_error_names_the_method_and_the_type_given(lock, seq):
+    """As before issue 18 and as CPython's own one-argument methods do:
+    "read_retry() argument must be int, not str".  (Issue 18 meant to
+    change only the class of the error for 2**64 or more.)"""
+    with pytest.raises(TypeError, match=rf"^read_retry\(\) argument must be int, not {type(seq).__name__}$"):
+        lock.read_retry(seq)
+
+
 @pytest.mark.parametrize("seq", [-1, -(2**40)])
 def test_read_retry_rejects_a_negative_value_with_value_error(lock, seq):
     with pytest.raises(ValueError, match="0 or more"):
