@@ -223,7 +223,7 @@ start_waiter(struct waiter *w, void *(*main_fn)(void *))
     return pthread_create(&w->thread, NULL, main_fn, w) == 0;
 }
 
-/* The count's low half, where readers sleep (as seqlock.c finds it). */
+/* The count's low half, where readers sleep (as parking.h's low_half()). */
 static _Atomic uint32_t *
 count_low_half(seqlock_t *sl)
 {

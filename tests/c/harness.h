@@ -190,7 +190,7 @@ void *timed_writer_main(void *arg);
 void *reader_waiter_main(void *arg);
 int start_waiter(struct waiter *w, void *(*main_fn)(void *));
 
-/* A reader asleep on the count without a nap.  It follows seqlock.c's
+/* A reader asleep on the count without a nap.  It follows count.h's
  * sleep protocol (announce the odd count in wake_from as a monotone max,
  * seq_cst fence, look again, FUTEX_WAIT on the count's low half) but
  * sleeps until woken or GIVE_UP_NS, where a real reader looks again every
