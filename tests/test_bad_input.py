@@ -183,5 +183,6 @@ SEQUENCE_TAKERS = {
 @pytest.mark.parametrize("taker", SEQUENCE_TAKERS, ids=list(SEQUENCE_TAKERS))
 def test_every_call_taking_a_sequence_number_refuses_a_bad_one_alike(taker, seq, error):
     lock, rec = SeqLock(), SeqRecord(**FIELDS)
-    with pytest.raises(error):
+    method = taker.split(".")[1]
+    with pytest.raises(error, match=rf"^{method}\(\) argument 'seq' must be "):
         SEQUENCE_TAKERS[taker](lock, rec, seq)

@@ -407,10 +407,9 @@ def test_read_retry_rejects_a_non_int_with_type_error(lock, seq):
 
 @pytest.mark.parametrize("seq", [0.0, "0", None])
 def test_read_retry_type_error_names_the_method_and_the_type_given(lock, seq):
-    """As before issue 18 and as CPython's own one-argument methods do:
-    "read_retry() argument must be int, not str".  (Issue 18 meant to
-    change only the class of the error for 2**64 or more.)"""
-    with pytest.raises(TypeError, match=rf"^read_retry\(\) argument must be int, not {type(seq).__name__}$"):
+    """As CPython's own methods do: "read_retry() argument 'seq' must be
+    int, not str" (every call taking a sequence number says it so)."""
+    with pytest.raises(TypeError, match=rf"^read_retry\(\) argument 'seq' must be int, not {type(seq).__name__}$"):
         lock.read_retry(seq)
 
 

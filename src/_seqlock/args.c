@@ -80,11 +80,11 @@ write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns)
 /* ---- sequence numbers ---- */
 
 int
-sequence_from_object(PyObject *obj, uint64_t *seq)
+sequence_from_object(const char *fname, PyObject *obj, uint64_t *seq)
 {
     if (!PyLong_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
-                     "seq must be an int (a sequence number), not %.200s",
+                     "%s() argument 'seq' must be int, not %.200s", fname,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -94,16 +94,18 @@ sequence_from_object(PyObject *obj, uint64_t *seq)
         return -1;
     }
     if (overflow < 0 || (overflow == 0 && small < 0)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "seq must be a sequence number (0 or more)");
+        PyErr_Format(PyExc_ValueError,
+                     "%s() argument 'seq' must be a sequence number (0 or "
+                     "more)", fname);
         return -1;
     }
     unsigned long long value = (unsigned long long)small;
     if (overflow > 0) {
         value = PyLong_AsUnsignedLongLong(obj);
         if (value == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_SetString(PyExc_OverflowError,
-                            "seq must be a sequence number below 2**64");
+            PyErr_Format(PyExc_OverflowError,
+                         "%s() argument 'seq' must be a sequence number "
+                         "below 2**64", fname);
             return -1;
         }
     }

@@ -21,9 +21,10 @@ int acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns);
 /* The `timeout=None` keyword of a write() factory, to *ns. */
 int write_timeout_arg(PyObject *args, PyObject *kwargs, int64_t *ns);
 
-/* A sequence number: an int from 0 to 2**64 - 1.  0, or -1 with TypeError
- * (not an int), ValueError (negative) or OverflowError (2**64 or more). */
-int sequence_from_object(PyObject *obj, uint64_t *seq);
+/* Argument `seq` of fname(): a sequence number, an int from 0 to
+ * 2**64 - 1.  0, or -1 with TypeError (not an int), ValueError (negative)
+ * or OverflowError (2**64 or more), each naming fname. */
+int sequence_from_object(const char *fname, PyObject *obj, uint64_t *seq);
 
 /* A max_retries value: an int from 0 to INT_MAX; -1 with an exception. */
 int max_retries_from_object(PyObject *value);

@@ -39,7 +39,7 @@ wait_args(const char *name, PyObject *args, PyObject *kwargs, PyObject **seq_obj
                                      timeout)) {
         return -1;
     }
-    if (sequence_from_object(*seq_obj, seq) < 0) {
+    if (sequence_from_object(name, *seq_obj, seq) < 0) {
         return -1;
     }
     return timeout_to_ns(*timeout, timeout_ns);

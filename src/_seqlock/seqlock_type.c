@@ -328,7 +328,7 @@ static PyObject *
 SeqLock_read_retry(SeqLockObject *self, PyObject *seq_obj)
 {
     uint64_t seq;
-    if (sequence_from_object(seq_obj, &seq) < 0) {
+    if (sequence_from_object("read_retry", seq_obj, &seq) < 0) {
         return NULL;
     }
     return PyBool_FromLong(seqlock_read_retry(&self->word, seq));

@@ -5,8 +5,8 @@
  * the holder dies (lock.c tells why the mutex is not the lock itself).
  * Internal to the core: not API.
  *
- * Every read or write of glibc's private mutex layout is here, and only
- * here: the first int of glibc's pthread_mutex_t is a robust futex (the
+ * Every read or write of glibc's private mutex layout is here (and in
+ * beacon.c, which sleeps and wakes on the mutex's word), and only here: the first int of glibc's pthread_mutex_t is a robust futex (the
  * kernel's robust-futex ABI fixes the meaning of its bits), __owner the
  * holder's id and __kind the mutex's type.  Any process that maps the lock
  * may rewrite them, so the kind is checked before glibc is handed the
@@ -23,8 +23,6 @@
 
 #ifdef __linux__
 #include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 #if defined(__GLIBC__) && defined(__linux__)
@@ -131,38 +129,10 @@ beacon_state(const seqlock_t *sl)
     return BEACON_HELD;
 }
 
-/* Sleep while the holder holds its beacon, at most nap_ns: on the
- * beacon's word, with FUTEX_WAITERS set as glibc's own waiters set it, so
- * that the holder's unlock wakes one sleeper, and so does the kernel the
- * moment the holder dies.  (Only the holder's own pending operations
- * touch the beacon: waiting here opens no window for a contender.)  In a
- * gap (word free, holder set) yield: it lasts instructions.  Without
- * glibc's word to look at, nap 1 ms. */
-static inline void
-sleep_on_beacon(seqlock_t *sl, int64_t nap_ns)
-{
-#ifdef BEACON_WORD
-    int *word = BEACON_WORD(sl);
-    int seen = __atomic_load_n(word, __ATOMIC_RELAXED);
-    if (seen == 0 || (seen & FUTEX_OWNER_DIED)) {
-        sched_yield(); /* a gap, or dead: try again */
-        return;
-    }
-    if (!(seen & FUTEX_WAITERS)) {
-        if (!__atomic_compare_exchange_n(word, &seen, seen | FUTEX_WAITERS,
-                                         0, __ATOMIC_RELAXED,
-                                         __ATOMIC_RELAXED)) {
-            return; /* it changed: try again */
-        }
-        seen |= FUTEX_WAITERS;
-    }
-    struct timespec ts = timespec_of(nap_ns);
-    (void)syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
-#else
-    struct timespec ts = timespec_of(nap_ns < MS_NS ? nap_ns : MS_NS);
-    (void)nanosleep(&ts, NULL);
-#endif
-}
+/* Sleep while the holder holds its beacon, at most nap_ns (beacon.c). */
+SEQLOCK_INTERNAL void seqlock_sleep_on_beacon_(seqlock_t *sl, int64_t nap_ns);
+/* Wake how_many writers asleep on the beacon (beacon.c). */
+SEQLOCK_INTERNAL void seqlock_wake_on_beacon_(seqlock_t *sl, int how_many);
 
 /* Before the holder's unlock: clear FUTEX_WAITERS in the beacon's word, so
  * that glibc's unlock makes no system call (the release wakes the sleepers
@@ -180,18 +150,6 @@ take_waiters_flag(seqlock_t *sl)
 #else
     (void)sl;
     return 0;
-#endif
-}
-
-static inline void
-wake_on_beacon(seqlock_t *sl, int how_many)
-{
-#ifdef BEACON_WORD
-    (void)syscall(SYS_futex, BEACON_WORD(sl), FUTEX_WAKE, how_many, NULL,
-                  NULL, 0);
-#else
-    (void)sl;
-    (void)how_many;
 #endif
 }
 

@@ -13,6 +13,7 @@
 #include "owner.h"
 
 #include <limits.h>
+#include <sched.h>
 
 #define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
 
@@ -292,7 +293,7 @@ take_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
             }
             if (atomic_load_explicit(&sl->ready, memory_order_acquire)
                 == SEQLOCK_READY) {
-                sleep_on_beacon(sl, nap);
+                seqlock_sleep_on_beacon_(sl, nap);
             }
             else { /* another taker is setting the beacon up */
                 struct timespec ts = timespec_of(nap < MS_NS ? nap : MS_NS);
@@ -453,7 +454,7 @@ release_lock_word(struct lock_thread *t, seqlock_t *sl, struct held_lock *h)
                    != 0;
     if (sleepers || starving) {
         /* one, as glibc would; every one if the starving one must come */
-        wake_on_beacon(sl, starving ? INT_MAX : 1);
+        seqlock_wake_on_beacon_(sl, starving ? INT_MAX : 1);
     }
     return err == 0 ? 0 : ENOTRECOVERABLE;
 }

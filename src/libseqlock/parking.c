@@ -17,6 +17,14 @@
 #endif
 
 int64_t
+seqlock_monotonic_ns_(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec;
+}
+
+int64_t
 seqlock_deadline(int64_t timeout_ns)
 {
     if (timeout_ns < 0) {

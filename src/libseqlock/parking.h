@@ -18,8 +18,7 @@
 
 #include "seqlock.h"
 
-#include <sched.h>
-#include <time.h>
+#include <time.h> /* struct timespec (C11) */
 
 #if defined(__GNUC__) || defined(__clang__)
 /* Shared between the core's files, never exported from a shared object. */
@@ -66,12 +65,14 @@ cpu_relax(void)
 #endif
 }
 
+/* CLOCK_MONOTONIC in ns (parking.c: clock_gettime() is POSIX, which a
+ * header compiled as strict C11 does not see). */
+SEQLOCK_INTERNAL int64_t seqlock_monotonic_ns_(void);
+
 static inline int64_t
 monotonic_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec;
+    return seqlock_monotonic_ns_();
 }
 
 static inline struct timespec

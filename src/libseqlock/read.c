@@ -12,6 +12,8 @@
 #include "count.h"
 #include "thread.h"
 
+#include <sched.h>
+
 /* Not a public flag: wait as read_seqbegin() does (spin, then yield, then
  * nap as a reader; a dead writer reported at once, ETIMEDOUT at once for
  * timeout_ns 0). */
