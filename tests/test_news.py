@@ -551,7 +551,10 @@ def test_wait_async_checks_its_arguments_when_called(subject):
         subject.obj.wait_async("0")
 
 
-def test_changes_async_yields_each_write_and_ends_at_its_timeout():
+def test_changes_async_yields_the_writes_in_order_and_ends_at_its_timeout():
+    """The newest state each time, in order, never repeated, ending with the
+    last write; two writes 50 ms apart may come as one on a loaded machine
+    (changes() delivers the newest state, not every change)."""
     rec = SeqRecord(x="q")
 
     async def main():
@@ -561,7 +564,10 @@ def test_changes_async_yields_each_write_and_ends_at_its_timeout():
         return [item async for item in rec.changes_async(timeout=0.5)]
 
     seen = asyncio.run(main())
-    assert seen == [(0, (0,)), (2, (1,)), (4, (2,)), (6, (3,))]
+    seqs = [seq for seq, _ in seen]
+    assert seqs == sorted(set(seqs))
+    assert all(x == seq // 2 for seq, (x,) in seen)
+    assert seen[0] == (0, (0,)) and seen[-1] == (6, (3,))
     assert no_waiter_thread_left()
 
 
