@@ -81,11 +81,11 @@ class SeqRecord:
 
     def __new__(cls, **fields: str) -> SeqRecord: ...
     @classmethod
-    def create(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
-        """Lay out a new, zeroed record in a writable (shared) buffer."""
+    def create(cls, buffer: Buffer, /, *, overwrite: bool = False, **fields: str) -> SeqRecord:
+        """Lay out a new, zeroed record in a writable (shared) buffer; ValueError if it holds a record already, unless overwrite=True."""
     @classmethod
     def attach(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
-        """Open a record create() laid out (a read-only buffer gives a read-only record); ValueError if the layout differs."""
+        """Open a record create() laid out (a read-only buffer gives a read-only record); without fields, the layout the buffer holds; with them, ValueError if it differs."""
     @classmethod
     def buffer_size(cls, **fields: str) -> int:
         """Bytes of buffer create() needs for these fields."""

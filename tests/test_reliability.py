@@ -198,7 +198,7 @@ def test_shared_records_release_their_buffer():
     shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(**fields))
     try:
         for _ in range(1000):
-            rec = SeqRecord.create(shm.buf, **fields)
+            rec = SeqRecord.create(shm.buf, overwrite=True, **fields)
             SeqRecord.attach(shm.buf, **fields).read()
             del rec
     finally:

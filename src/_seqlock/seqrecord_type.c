@@ -160,6 +160,61 @@ check_header(void *arg)
     return 0;
 }
 
+/* The ValueError for what check_header() found (c.mismatch is not
+ * RECORD_MATCHES); -1. */
+static int
+mismatch_error(const header_check *c)
+{
+    const record_layout *layout = c->layout;
+    switch (c->mismatch) {
+    case RECORD_NO_MAGIC:
+        PyErr_SetString(PyExc_ValueError,
+                        "the buffer holds no SeqRecord (no magic number: "
+                        "create() it first)");
+        return -1;
+    case RECORD_OTHER_VERSION:
+        PyErr_Format(PyExc_ValueError,
+                     "the buffer holds a SeqRecord of layout version %u; "
+                     "this seqlock_py reads version %u only (create() the "
+                     "record anew with one version throughout)",
+                     c->version, RECORD_VERSION);
+        return -1;
+    case RECORD_TOO_SMALL:
+        if (layout != NULL) {
+            buffer_too_small(layout, (Py_ssize_t)c->len);
+        }
+        else {
+            PyErr_SetString(PyExc_ValueError,
+                            "buffer too small for the record its header "
+                            "describes");
+        }
+        return -1;
+    case RECORD_BROKEN_LOCK:
+        PyErr_SetString(PyExc_ValueError,
+                        "the buffer's SeqRecord has no working lock word "
+                        "(overwritten, or not laid out by create())");
+        return -1;
+    case RECORD_OTHER_LOCK_ABI:
+        PyErr_Format(PyExc_ValueError,
+                     "the buffer's SeqRecord was created by a build with "
+                     "another C library, word size or lock layout (lock ABI 0x%x, this "
+                     "build 0x%x): processes sharing a record must agree",
+                     c->lock_abi, RECORD_LOCK_ABI);
+        return -1;
+    default: {
+        PyObject *other = PyBytes_FromStringAndSize(c->quote,
+                                                    (Py_ssize_t)c->quoted);
+        if (other != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "the buffer holds a record with other fields: "
+                         "expected %R, found %R", layout->descriptor, other);
+            Py_DECREF(other);
+        }
+        return -1;
+    }
+    }
+}
+
 /* 0 if the record in buf (len bytes) matches layout; else -1 with a
  * ValueError that says what differs (or OSError: a file behind the
  * buffer was truncated). */
@@ -172,48 +227,181 @@ attach_mismatch(const bound_record *guard, const record_header *found,
     if (call_guarded(guard, check_header, &c, &unused) < 0) {
         return -1;
     }
-    switch (c.mismatch) {
-    case RECORD_MATCHES:
+    return c.mismatch == RECORD_MATCHES ? 0 : mismatch_error(&c);
+}
+
+/* ---- attach() without fields: the layout the buffer holds ---- */
+
+/* The longest layout text attach() reads from a buffer: far more than any
+ * record of at most 16 MiB of data declares in practice. */
+#define MAX_STORED_LAYOUT_BYTES (1u << 20)
+
+/* Copy the header's layout text out of the shared memory once (under the
+ * guard, if a file backs it): c->mismatch says whether there was one to
+ * copy; *text gets at most c->quoted bytes, never past the buffer. */
+typedef struct {
+    header_check check;
+    char *text; /* MAX_STORED_LAYOUT_BYTES */
+    size_t text_len;
+} stored_layout;
+
+static int
+copy_stored_layout(void *arg)
+{
+    stored_layout *s = arg;
+    header_check *c = &s->check;
+    const volatile record_header *h = c->h;
+    if (c->len < RECORD_HEADER_SIZE
+        || atomic_load_explicit(&((record_header *)c->h)->magic,
+                                memory_order_acquire) != RECORD_MAGIC) {
+        c->mismatch = RECORD_NO_MAGIC;
         return 0;
-    case RECORD_NO_MAGIC:
-        PyErr_SetString(PyExc_ValueError,
-                        "the buffer holds no SeqRecord (no magic number: "
-                        "create() it first)");
-        return -1;
-    case RECORD_OTHER_VERSION:
-        PyErr_Format(PyExc_ValueError,
-                     "the buffer holds a SeqRecord of layout version %u; "
-                     "this seqlock_py reads version %u only (create() the "
-                     "record anew with one version throughout)",
-                     c.version, RECORD_VERSION);
-        return -1;
-    case RECORD_TOO_SMALL:
-        buffer_too_small(layout, (Py_ssize_t)len);
-        return -1;
-    case RECORD_BROKEN_LOCK:
-        PyErr_SetString(PyExc_ValueError,
-                        "the buffer's SeqRecord has no working lock word "
-                        "(overwritten, or not laid out by create())");
-        return -1;
-    case RECORD_OTHER_LOCK_ABI:
-        PyErr_Format(PyExc_ValueError,
-                     "the buffer's SeqRecord was created by a build with "
-                     "another C library, word size or lock layout (lock ABI 0x%x, this "
-                     "build 0x%x): processes sharing a record must agree",
-                     c.lock_abi, RECORD_LOCK_ABI);
-        return -1;
-    default: {
-        PyObject *other = PyBytes_FromStringAndSize(c.quote,
-                                                    (Py_ssize_t)c.quoted);
-        if (other != NULL) {
-            PyErr_Format(PyExc_ValueError,
-                         "the buffer holds a record with other fields: "
-                         "expected %R, found %R", layout->descriptor, other);
-            Py_DECREF(other);
+    }
+    c->version = h->version;
+    if (c->version != RECORD_VERSION) {
+        c->mismatch = RECORD_OTHER_VERSION;
+        return 0;
+    }
+    size_t n = h->layout_bytes; /* read once */
+    if (n > c->len - RECORD_HEADER_SIZE || n > MAX_STORED_LAYOUT_BYTES) {
+        c->mismatch = RECORD_TOO_SMALL;
+        return 0;
+    }
+    memcpy(s->text, record_layout_text(c->h), n);
+    s->text_len = n;
+    c->mismatch = RECORD_MATCHES;
+    return 0;
+}
+
+/* "name:code;name:code" as the dict SeqRecord(**fields) takes; NULL with
+ * ValueError if the text is no layout.  The names and codes are checked
+ * again, as any caller's, when the layout is built from the dict. */
+static PyObject *
+fields_of_layout_text(const char *text, size_t len)
+{
+    PyObject *fields = PyDict_New();
+    if (fields == NULL) {
+        return NULL;
+    }
+    size_t start = 0;
+    Py_ssize_t count = 0;
+    while (start <= len && len > 0) {
+        const char *field = text + start;
+        const char *end = memchr(field, ';', len - start);
+        size_t field_len = end ? (size_t)(end - field) : len - start;
+        const char *colon = memchr(field, ':', field_len);
+        if (colon == NULL || colon == field || colon + 1 == field + field_len) {
+            goto invalid;
         }
+        PyObject *name = PyUnicode_DecodeUTF8(field, colon - field, "strict");
+        PyObject *code = name == NULL ? NULL
+                         : PyUnicode_DecodeASCII(
+                               colon + 1, field + field_len - colon - 1,
+                               "strict");
+        int failed = code == NULL || PyDict_SetItem(fields, name, code) < 0;
+        Py_XDECREF(name);
+        Py_XDECREF(code);
+        if (failed) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                goto invalid;
+            }
+            Py_DECREF(fields);
+            return NULL;
+        }
+        count++;
+        if (PyDict_GET_SIZE(fields) != count) {
+            goto invalid; /* a name twice */
+        }
+        start += field_len + 1;
+        if (end == NULL) {
+            break;
+        }
+    }
+    if (count == 0) {
+        goto invalid;
+    }
+    return fields;
+invalid:
+    Py_DECREF(fields);
+    PyErr_SetString(PyExc_ValueError,
+                    "the buffer's SeqRecord has no valid layout text "
+                    "(overwritten?): attach() it with its fields to see "
+                    "what differs");
+    return NULL;
+}
+
+/* The fields of the record in view, read from its header as untrusted
+ * input: a new dict, or NULL with ValueError (or OSError: the file behind
+ * the buffer was truncated). */
+static PyObject *
+stored_fields(const Py_buffer *view, int memory_kind)
+{
+    bound_record guard = {.guarded = NULL};
+    if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
+        guard.guarded = view->buf;
+        guard.guarded_len = (size_t)view->len;
+    }
+    stored_layout s = {
+        .check = {view->buf, (size_t)view->len, NULL, RECORD_NO_MAGIC, 0, 0,
+                  0, {0}},
+        .text = PyMem_Malloc(MAX_STORED_LAYOUT_BYTES),
+    };
+    if (s.text == NULL) {
+        return PyErr_NoMemory();
+    }
+    int unused;
+    PyObject *fields = NULL;
+    if (call_guarded(&guard, copy_stored_layout, &s, &unused) == 0) {
+        if (s.check.mismatch != RECORD_MATCHES) {
+            (void)mismatch_error(&s.check);
+        }
+        else {
+            fields = fields_of_layout_text(s.text, s.text_len);
+        }
+    }
+    PyMem_Free(s.text);
+    return fields;
+}
+
+/* create()'s keyword overwrite=, taken out of the fields: *fields gets a
+ * new dict of the rest (or NULL for none).  0, or -1 with TypeError. */
+static int
+create_args(int create, PyObject *kwargs, PyObject **fields, int *overwrite)
+{
+    *fields = kwargs == NULL ? NULL : PyDict_Copy(kwargs);
+    if (kwargs != NULL && *fields == NULL) {
         return -1;
     }
+    if (!create || *fields == NULL) {
+        return 0;
     }
+    PyObject *key = PyUnicode_FromString("overwrite");
+    PyObject *value = key == NULL ? NULL
+                                  : PyDict_GetItemWithError(*fields, key);
+    if (value == NULL) {
+        Py_XDECREF(key);
+        if (PyErr_Occurred()) {
+            Py_CLEAR(*fields);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyBool_Check(value)) {
+        Py_DECREF(key);
+        Py_CLEAR(*fields);
+        PyErr_SetString(PyExc_TypeError,
+                        "create()'s overwrite must be True or False (so no "
+                        "field can be called overwrite in create())");
+        return -1;
+    }
+    *overwrite = value == Py_True;
+    int err = PyDict_DelItem(*fields, key);
+    Py_DECREF(key);
+    if (err < 0) {
+        Py_CLEAR(*fields);
+    }
+    return err;
 }
 
 /* create() and attach(): a record in the caller's buffer. */
@@ -227,17 +415,34 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                      "the fields as keywords", method);
         return NULL;
     }
-    SeqRecordObject *self = record_alloc(type, kwargs);
-    if (self == NULL) {
+    int overwrite = 0;
+    PyObject *fields = NULL; /* the fields, without overwrite= */
+    if (create_args(create, kwargs, &fields, &overwrite) < 0) {
         return NULL;
     }
     /* attach() takes read-only memory too: the record then only reads
      * (and waits), never writing a byte of it. */
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &self->view,
+    Py_buffer view;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &view,
                            create ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
-        goto error;
+        Py_XDECREF(fields);
+        return NULL;
     }
-    int memory_kind = buffer_memory_kind(&self->view);
+    int memory_kind = buffer_memory_kind(&view);
+    if (!create && (fields == NULL || PyDict_GET_SIZE(fields) == 0)) {
+        Py_XSETREF(fields, stored_fields(&view, memory_kind));
+        if (fields == NULL) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    SeqRecordObject *self = record_alloc(type, fields);
+    Py_XDECREF(fields);
+    if (self == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    self->view = view; /* released with the record */
     if (create && (memory_kind & BOUND_READ_ONLY)) {
         PyErr_SetString(PyExc_TypeError,
                         "create() needs writable memory: the buffer is "
@@ -259,6 +464,16 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     uint32_t desc_len = (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor);
     uint32_t data_bytes = (uint32_t)self->layout->data_bytes;
     if (create) {
+        if (!overwrite
+            && atomic_load_explicit(&((record_header *)self->view.buf)->magic,
+                                    memory_order_acquire) == RECORD_MAGIC) {
+            PyErr_SetString(PyExc_ValueError,
+                            "the buffer already holds a SeqRecord: attach() "
+                            "to it, or create(buffer, overwrite=True, ...) "
+                            "to lay a new one over it (every process using "
+                            "it would see it zeroed)");
+            goto error;
+        }
         int err = record_init(self->view.buf, desc, desc_len, data_bytes);
         if (err != 0) {
             record_init_failed(err);
@@ -284,13 +499,15 @@ error:
 }
 
 PyDoc_STRVAR(SeqRecord_create_doc,
-"create($type, buffer, /, **fields)\n--\n\n"
+"create($type, buffer, /, *, overwrite=False, **fields)\n--\n\n"
 "Lay out a new record (all fields zero) in a writable buffer and return it.\n\n"
 "The buffer, e.g. multiprocessing.shared_memory.SharedMemory(...).buf or\n"
 "an mmap, must hold ``SeqRecord.buffer_size(**fields)`` bytes, 8-byte\n"
 "aligned; other processes open it with SeqRecord.attach().  The record\n"
-"keeps the buffer exported while it lives.  Not safe against processes\n"
-"already using the buffer: create once, then attach.");
+"keeps the buffer exported while it lives.  Raises ValueError if the\n"
+"buffer already holds a record (other processes may be using it: attach()\n"
+"to it), unless overwrite=True; so no field can be called overwrite here.\n"
+"Not safe against processes using the buffer: create once, then attach.");
 
 static PyObject *
 SeqRecord_create(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -301,8 +518,10 @@ SeqRecord_create(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 PyDoc_STRVAR(SeqRecord_attach_doc,
 "attach($type, buffer, /, **fields)\n--\n\n"
 "Open the record that SeqRecord.create() laid out in buffer.\n\n"
-"Raises ValueError if the buffer holds no record, or one whose fields\n"
-"(names, formats, order) differ from ``**fields``.  A read-only buffer\n"
+"Without fields, the record has the fields the buffer's header names (read\n"
+"once and checked like any caller's); with them, raises ValueError if the\n"
+"record's fields (names, formats, order) differ.  ValueError too if the\n"
+"buffer holds no record.  A read-only buffer\n"
 "(an mmap opened with ACCESS_READ or PROT_READ, a read-only memoryview)\n"
 "gives a read-only record: it reads and waits, writing no byte of the\n"
 "buffer, and its update() and write() raise TypeError.  The buffer is\n"
