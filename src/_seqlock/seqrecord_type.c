@@ -251,10 +251,14 @@ copy_stored_layout(void *arg)
     stored_layout *s = arg;
     header_check *c = &s->check;
     const volatile record_header *h = c->h;
-    if (c->len < RECORD_HEADER_SIZE
+    if (c->len < sizeof(((record_header *)0)->magic)
         || atomic_load_explicit(&((record_header *)c->h)->magic,
                                 memory_order_acquire) != RECORD_MAGIC) {
         c->mismatch = RECORD_NO_MAGIC;
+        return 0;
+    }
+    if (c->len < RECORD_HEADER_SIZE) { /* a record, cut inside its header */
+        c->mismatch = RECORD_TOO_SMALL;
         return 0;
     }
     c->version = h->version;
@@ -430,6 +434,16 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     }
     int memory_kind = buffer_memory_kind(&view);
     if (!create && (fields == NULL || PyDict_GET_SIZE(fields) == 0)) {
+        /* The header is read before the record exists: refuse a
+         * misaligned buffer first (its header's loads would be too). */
+        if ((uintptr_t)view.buf % 8 != 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "buffer must be 8-byte aligned (shared memory "
+                            "and mmap buffers are)");
+            Py_XDECREF(fields);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
         Py_XSETREF(fields, stored_fields(&view, memory_kind));
         if (fields == NULL) {
             PyBuffer_Release(&view);
