@@ -368,6 +368,42 @@ stored_fields(const Py_buffer *view, int memory_kind)
     return fields;
 }
 
+/* create()'s laying out, run under the SIGBUS guard when a file backs
+ * the buffer (another process may truncate it): refuse a buffer that
+ * already holds a record unless overwrite; refuse even then one whose lock
+ * word is held (re-initialising a robust mutex its holder has on its
+ * robust list corrupts that list: a crash at its unlock).  That only
+ * narrows the window against another process taking the lock meanwhile:
+ * overwrite is for a buffer nobody uses. */
+enum { LAID_OUT, ALREADY_A_RECORD, RECORD_IN_USE, INIT_FAILED };
+
+typedef struct {
+    void *memory;
+    const char *desc;
+    uint32_t desc_len, data_bytes;
+    int overwrite;
+    int err; /* record_init()'s, for INIT_FAILED */
+} laying_out;
+
+static int
+lay_out(void *arg)
+{
+    laying_out *l = arg;
+    record_header *h = l->memory;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire)
+        == RECORD_MAGIC) {
+        if (!l->overwrite) {
+            return ALREADY_A_RECORD;
+        }
+        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
+            != 0) {
+            return RECORD_IN_USE;
+        }
+    }
+    l->err = record_init(h, l->desc, l->desc_len, l->data_bytes);
+    return l->err == 0 ? LAID_OUT : INIT_FAILED;
+}
+
 /* create()'s keyword overwrite=, taken out of the fields: *fields gets a
  * new dict of the rest (or NULL for none).  0, or -1 with TypeError. */
 static int
@@ -478,19 +514,36 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     uint32_t desc_len = (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor);
     uint32_t data_bytes = (uint32_t)self->layout->data_bytes;
     if (create) {
-        if (!overwrite
-            && atomic_load_explicit(&((record_header *)self->view.buf)->magic,
-                                    memory_order_acquire) == RECORD_MAGIC) {
+        bound_record guard = {.guarded = NULL};
+        if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
+            guard.guarded = self->view.buf;
+            guard.guarded_len = (size_t)self->view.len;
+        }
+        laying_out l = {self->view.buf, desc, desc_len, data_bytes,
+                        overwrite, 0};
+        int outcome;
+        if (call_guarded(&guard, lay_out, &l, &outcome) < 0) {
+            goto error;
+        }
+        switch (outcome) {
+        case LAID_OUT:
+            break;
+        case ALREADY_A_RECORD:
             PyErr_SetString(PyExc_ValueError,
                             "the buffer already holds a SeqRecord: attach() "
                             "to it, or create(buffer, overwrite=True, ...) "
                             "to lay a new one over it (every process using "
                             "it would see it zeroed)");
             goto error;
-        }
-        int err = record_init(self->view.buf, desc, desc_len, data_bytes);
-        if (err != 0) {
-            record_init_failed(err);
+        case RECORD_IN_USE:
+            PyErr_SetString(PyExc_ValueError,
+                            "create(overwrite=True): the buffer's SeqRecord "
+                            "is locked by a writer (or a reader's locking "
+                            "pass): overwriting it would corrupt that "
+                            "writer's lock");
+            goto error;
+        default:
+            record_init_failed(l.err);
             goto error;
         }
     }
