@@ -2,7 +2,7 @@
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar, final
+from typing import Any, Literal, ParamSpec, TypeVar, final, overload
 
 from typing_extensions import Buffer
 
@@ -80,9 +80,13 @@ class SeqRecord:
     """Numeric fields held in C as a latch: snapshots never wait for a writer."""
 
     def __new__(cls, **fields: str) -> SeqRecord: ...
+    @overload
     @classmethod
-    def create(cls, buffer: Buffer, /, *, overwrite: bool = False, **fields: str) -> SeqRecord:
+    def create(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
         """Lay out a new, zeroed record in a writable (shared) buffer; ValueError if it holds a record already, unless overwrite=True."""
+    @overload
+    @classmethod
+    def create(cls, buffer: Buffer, /, *, overwrite: bool, **fields: str) -> SeqRecord: ...
     @classmethod
     def attach(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
         """Open a record create() laid out (a read-only buffer gives a read-only record); without fields, the layout the buffer holds; with them, ValueError if it differs."""
