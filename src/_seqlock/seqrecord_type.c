@@ -230,6 +230,19 @@ attach_mismatch(const bound_record *guard, const record_header *found,
     return c.mismatch == RECORD_MATCHES ? 0 : mismatch_error(&c);
 }
 
+/* The guard for create()'s and attach()'s accesses to the whole of a
+ * buffer: none unless a file backs it (another process may truncate it). */
+static bound_record
+buffer_guard(const Py_buffer *view, int memory_kind)
+{
+    bound_record guard = {.guarded = NULL};
+    if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
+        guard.guarded = view->buf;
+        guard.guarded_len = (size_t)view->len;
+    }
+    return guard;
+}
+
 /* ---- attach() without fields: the layout the buffer holds ---- */
 
 /* The longest layout text attach() reads from a buffer: far more than any
@@ -341,11 +354,7 @@ invalid:
 static PyObject *
 stored_fields(const Py_buffer *view, int memory_kind)
 {
-    bound_record guard = {.guarded = NULL};
-    if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
-        guard.guarded = view->buf;
-        guard.guarded_len = (size_t)view->len;
-    }
+    bound_record guard = buffer_guard(view, memory_kind);
     stored_layout s = {
         .check = {view->buf, (size_t)view->len, NULL, RECORD_NO_MAGIC, 0, 0,
                   0, {0}},
@@ -514,11 +523,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
     uint32_t desc_len = (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor);
     uint32_t data_bytes = (uint32_t)self->layout->data_bytes;
     if (create) {
-        bound_record guard = {.guarded = NULL};
-        if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
-            guard.guarded = self->view.buf;
-            guard.guarded_len = (size_t)self->view.len;
-        }
+        bound_record guard = buffer_guard(&self->view, memory_kind);
         laying_out l = {self->view.buf, desc, desc_len, data_bytes,
                         overwrite, 0};
         int outcome;
@@ -548,11 +553,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
         }
     }
     else {
-        bound_record guard = {.guarded = NULL};
-        if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0) {
-            guard.guarded = self->view.buf;
-            guard.guarded_len = (size_t)self->view.len;
-        }
+        bound_record guard = buffer_guard(&self->view, memory_kind);
         if (attach_mismatch(&guard, self->view.buf, (size_t)self->view.len,
                             self->layout) < 0) {
             goto error;
