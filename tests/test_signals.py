@@ -173,8 +173,12 @@ def test_signal_handler_writing_while_the_main_thread_waits_for_the_lock():
     outcomes = []
 
     def handler(signum, frame):
+        # One n for both fields: a SIGALRM landing between two len() calls
+        # runs a nested handler that appends, and update(a=1, b=4) would
+        # then write exactly the "torn" pair this test looks for.
+        n = len(outcomes)
         try:
-            rec.update(a=len(outcomes), b=len(outcomes))
+            rec.update(a=n, b=n)
             a, b = rec.read()
             outcomes.append("wrote" if a == b else f"torn {a} {b}")
         except RuntimeError as exc:
