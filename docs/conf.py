@@ -5,7 +5,8 @@ Build (after ``pip install '.[docs]'``), warnings as errors:
     python -P -m sphinx -W --keep-going -b html docs build/docs
 
 The pages are MyST Markdown, readable as they stand on a code host; the
-API reference comes from the installed extension's docstrings.
+API reference comes from the installed package's type stubs (signatures,
+types) and docstrings (text), by docs/_ext/stub_api.py.
 """
 
 import os
@@ -30,7 +31,9 @@ author = "The seqlock_py developers"
 copyright = "the seqlock_py developers"
 release = version = seqlock_py.__version__
 
-extensions = ["sphinx.ext.autodoc", "myst_parser"]
+# The API reference: signatures and types from the stubs (docs/_ext).
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+extensions = ["stub_api", "myst_parser"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build"]
@@ -38,10 +41,13 @@ exclude_patterns = ["_build"]
 # Links such as threads.md#the-seqlock-api work here and on a code host.
 myst_heading_anchors = 3
 
-autodoc_member_order = "alphabetical"  # C types have no source order to follow
-autodoc_typehints = "none"  # the signatures come from __text_signature__
+# A signature longer than this is set one parameter a line, so that the
+# typed signatures of the API reference are never cut at the page's edge.
+python_maximum_signature_line_length = 72
 
 html_theme = "alabaster"
+# Wide enough for the examples' longest lines; wider code scrolls in its box.
+html_theme_options = {"page_width": "1100px", "sidebar_width": "220px"}
 html_title = "seqlock_py"
 html_show_sourcelink = False
 
