@@ -12,7 +12,24 @@ thread for reads that scale with cores.)
 import functools as _functools
 from typing import Any as _Any, Callable as _Callable
 
-from ._seqlock import SeqLock, SeqRecord, _reassert_bus_guard
+try:
+    from ._seqlock import SeqLock, SeqRecord, _reassert_bus_guard
+except ModuleNotFoundError as _missing:
+    if _missing.name != __name__ + "._seqlock":
+        raise
+    from pathlib import Path as _Path
+
+    _here = _Path(__file__).resolve().parent
+    if (_here.parent / "setup.py").is_file():
+        _hint = (f"seqlock_py was imported from {_here}, a source checkout whose C "
+                 "extension is not built (Python puts the current directory first "
+                 "on sys.path). Run from another directory to use the installed "
+                 "seqlock_py (or add -P: python -P -m seqlock_py), or build it "
+                 "here: pip install -e .")
+    else:
+        _hint = (f"seqlock_py's C extension (seqlock_py._seqlock) is missing from "
+                 f"{_here}: reinstall seqlock_py")
+    raise ModuleNotFoundError(_hint, name=_missing.name) from None
 
 __all__ = ["SeqLock", "SeqRecord"]
 __version__ = "0.1.0"
