@@ -227,7 +227,7 @@ CONTENDERS = {
         needs="ft_utils.concurrency", make=_make_ft_ref,
         rsetup="get = S.ref.get", read="s = get()",
         wsetup="set_ = S.ref.set", write="set_(new)"),
-    "unsynchronised (ceiling)": dict(
+    "unsynchronised (torn)": dict(
         needs=None, make=_make_box,
         rsetup="box = S.box", read="s = {copy}",
         wsetup="box = S.box", write="{store}"),
