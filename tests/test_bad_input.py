@@ -105,7 +105,7 @@ CASES = [
     ("SeqRecord(positional)", lambda lock, rec: SeqRecord("d"), TypeError),
     ("format 'z'", lambda lock, rec: SeqRecord(x="z"), ValueError),
     ("format '0d'", lambda lock, rec: SeqRecord(x="0d"), ValueError),
-    ("format '4?'", lambda lock, rec: SeqRecord(x="4?"), ValueError),
+    ("format '4l'", lambda lock, rec: SeqRecord(x="4l"), ValueError),
     ("format 'dd'", lambda lock, rec: SeqRecord(x="dd"), ValueError),
     ("format 8", lambda lock, rec: SeqRecord(x=8), TypeError),
     ("format '99999999d'", lambda lock, rec: SeqRecord(x="99999999d"), ValueError),

@@ -89,7 +89,7 @@ def test_array_field_reads_as_a_tuple_of_its_length():
 
 
 @pytest.mark.parametrize(
-    "code", ["z", "0d", "00q", "4?", "dd", "", "16", "d4", " d", "-1d", "i", "f", "99999999999999999999d"]
+    "code", ["z", "0d", "00q", "dd", "", "16", "d4", " d", "-1d", "l", "e", "4s", "()d", "(0,3)d", "(3,3", "3(3)d", "(3,,3)d", "(1,2,3,4,5,6,7,8,9)d", "99999999999999999999d"]
 )
 def test_bad_format_code_is_rejected(code):
     with pytest.raises(ValueError, match="bad format"):

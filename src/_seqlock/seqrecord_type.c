@@ -723,7 +723,7 @@ SeqRecord_repr(SeqRecordObject *self)
 PyDoc_STRVAR(SeqRecord_read_doc,
 "read($self, /)\n--\n\n"
 "Return one consistent snapshot: a tuple of the fields in order (an array\n"
-"field becomes a tuple).  Never waits: while a write section is open\n"
+"field becomes a tuple, a shaped one nested tuples of its shape).  Never waits: while a write section is open\n"
 "(in any thread or process, even this thread's), the state before it.");
 
 /* One consistent snapshot as a tuple, and its (even) sequence number. */
@@ -1101,9 +1101,13 @@ static PyMemberDef SeqRecord_members[] = {
 PyDoc_STRVAR(SeqRecord_doc,
 "SeqRecord(**fields)\n--\n\n"
 "Numeric fields held in C, with snapshots that never wait.\n\n"
-"Each keyword names a field and gives its struct format code: 'd'\n"
-"(float64), 'q' (int64), 'Q' (uint64), '?' (bool), or a count and\n"
-"'d'/'q'/'Q' for a fixed-length array ('16d').  Fields start at zero.\n"
+"Each keyword names a field and gives its struct format code: 'd' 'f'\n"
+"(float64/32), 'q' 'i' 'h' 'b' (signed 64/32/16/8-bit), 'Q' 'I' 'H' 'B'\n"
+"(unsigned), '?' (bool); a count and a code for a fixed-length array\n"
+"('16d', '8?': read as a tuple), or a shape and a code ('(3,3)d': read\n"
+"as nested tuples, numpy's tolist() order).  Fields start at zero.\n"
+"self.format is the struct format of a snapshot, self.dtype the numpy\n"
+"dtype (np.dtype(self.format) cannot parse struct formats).\n"
 "The record is a latch: two copies of the numbers, writers (update,\n"
 "write) serialise and change one while readers (read, read_dict,\n"
 "rec[name], get, read_into) copy the other, so a reader never waits for\n"
