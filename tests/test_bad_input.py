@@ -128,7 +128,8 @@ CASES = [
     ("read_into(too small)", lambda lock, rec: rec.read_into(bytearray(3)), ValueError),
     ("read_into(read-only)", lambda lock, rec: rec.read_into(bytes(256)), BufferError),
     ("read_into(not a buffer)", lambda lock, rec: rec.read_into([0.0] * 16), TypeError),
-    ("read_into(small array)", lambda lock, rec: rec.read_into(array.array("d", [0.0])), ValueError),
+    ("read_into(small buffer)", lambda lock, rec: rec.read_into(bytearray(8)), ValueError),
+    ("read_into(array of float64)", lambda lock, rec: rec.read_into(array.array("d", [0.0] * 16)), TypeError),
     ("update inside own write", lambda lock, rec: while_writing_record(rec, lambda: rec.update(x=2.0)), RuntimeError),
     # ---- SeqRecord: writers
     ("update(positional)", lambda lock, rec: rec.update(1), TypeError),

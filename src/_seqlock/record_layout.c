@@ -813,3 +813,146 @@ field_decode(const field_spec *f, const unsigned char *in)
     }
     return shape_decode(f, f->shape, f->ndim, in);
 }
+
+/* ---- buffers that hold a whole snapshot ---- */
+
+/* Whether the PEP 3118 struct format "T{...}" at fmt describes exactly
+ * layout's fields: the same names in order, each at its offset, of its
+ * kind and shape ("l" and "q" alike where long is 64-bit; padding spelt
+ * "x"; '@' aligns as struct does, '=' '<' '^' do not).  Parsed rather
+ * than compared as text: numpy spells int64 "l" or "q" as the dtype was
+ * made and writes padding as it likes, and numpy's dtype equality is what
+ * users expect. */
+static int
+struct_format_matches(const record_layout *layout, const char *fmt)
+{
+    if (fmt[0] != 'T' || fmt[1] != '{') {
+        return 0;
+    }
+    const char *p = fmt + 2;
+    char order = '@';
+    size_t offset = 0;
+    Py_ssize_t i = 0;
+    while (*p != '}') {
+        if (*p == '\0') {
+            return 0;
+        }
+        if (strchr("@=<>!^", *p)) {
+            order = *p++;
+            continue;
+        }
+        Py_ssize_t shape[FIELD_MAX_DIMS];
+        int ndim = 0;
+        unsigned long long count = 1;
+        const char *end = p + strlen(p);
+        if (*p == '(') {
+            p++;
+            while (*p != ')') {
+                unsigned long long dim = parse_count(&p, end);
+                if (dim == 0 || ndim == FIELD_MAX_DIMS) {
+                    return 0;
+                }
+                shape[ndim++] = (Py_ssize_t)dim;
+                count *= dim;
+                if (count > MAX_DATA_BYTES) {
+                    return 0;
+                }
+                if (*p == ',') {
+                    p++;
+                }
+                else if (*p != ')') {
+                    return 0;
+                }
+            }
+            p++;
+        }
+        else if (*p >= '1' && *p <= '9') {
+            count = parse_count(&p, end);
+            if (count == 0) {
+                return 0;
+            }
+            if (*p != 'x') {
+                shape[ndim++] = (Py_ssize_t)count;
+            }
+        }
+        if (*p == 'x') { /* padding */
+            if (ndim > 1) {
+                return 0;
+            }
+            offset += (size_t)count;
+            p++;
+            continue;
+        }
+        char code[3] = {order, *p, '\0'};
+        char kind = buffer_code_kind(code, NULL);
+        if (kind == '\0' || i == layout->nfields || p[1] != ':') {
+            return 0;
+        }
+        const field_spec *f = &layout->fields[i++];
+        size_t size = kind_size(kind);
+        if (order == '@') {
+            offset = record_round_up(offset, size);
+        }
+        if (kind != f->kind || offset != f->offset || ndim != f->ndim) {
+            return 0;
+        }
+        for (int d = 0; d < ndim; d++) {
+            if (shape[d] != f->shape[d]) {
+                return 0;
+            }
+        }
+        offset += size * (size_t)count;
+        const char *name = p + 2;
+        const char *colon = strchr(name, ':');
+        Py_ssize_t name_len;
+        const char *want = PyUnicode_AsUTF8AndSize(f->name, &name_len);
+        if (colon == NULL || want == NULL || colon - name != name_len
+            || memcmp(name, want, (size_t)name_len) != 0) {
+            PyErr_Clear(); /* only a name too odd to encode: no match */
+            return 0;
+        }
+        p = colon + 1;
+    }
+    return p[1] == '\0' && i == layout->nfields;
+}
+
+int
+buffer_fits_record(const record_layout *layout, const Py_buffer *view)
+{
+    const char *format = view->format == NULL ? "B" : view->format;
+    const char *rest;
+    char kind = buffer_code_kind(format, &rest);
+    int fits;
+    if (kind != '\0' && *rest == '\0') {
+        /* Bytes, as ever; or elements of the record's only element type
+         * (a record of "16d" into np.empty(16)). */
+        fits = view->itemsize == 1 && (kind == 'B' || kind == 'b');
+        for (Py_ssize_t i = 0; !fits && i < layout->nfields; i++) {
+            if (layout->fields[i].kind != kind
+                || (size_t)view->itemsize != layout->fields[i].item_size) {
+                break;
+            }
+            fits = i + 1 == layout->nfields;
+        }
+    }
+    else {
+        fits = (size_t)view->itemsize == layout->data_bytes
+               && struct_format_matches(layout, format);
+    }
+    if (!fits) {
+        PyErr_Format(PyExc_TypeError,
+                     "read_into() takes bytes (a bytearray, a memoryview "
+                     "of bytes...) or an array of rec.dtype (numpy.empty((),"
+                     " rec.dtype)): this buffer holds elements of format "
+                     "'%s', which are not the record's %R", format,
+                     layout->format);
+        return -1;
+    }
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyErr_SetString(PyExc_ValueError,
+                        "read_into() takes a C-contiguous buffer: this one "
+                        "is strided");
+        return -1;
+    }
+    return 0;
+}

@@ -67,6 +67,13 @@ int buffer_fits_field(const field_spec *f, const Py_buffer *view);
  * not NULL, gets what follows the code. */
 char buffer_code_kind(const char *format, const char **rest);
 
+/* Whether a buffer (PyBUF_RECORDS) may take a whole snapshot of layout:
+ * bytes; elements of the record's only element type; or a structured
+ * array of its dtype (PEP 3118 "T{...}" naming its fields, offsets, kinds
+ * and shapes).  0, or -1 with TypeError naming rec.dtype (or ValueError:
+ * not C-contiguous).  Its length is the caller's to check. */
+int buffer_fits_record(const record_layout *layout, const Py_buffer *view);
+
 /* The numpy name of a kind ("float64"), for messages. */
 const char *kind_name(char kind);
 size_t kind_size(char kind);
