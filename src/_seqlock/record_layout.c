@@ -286,7 +286,11 @@ layout_from_kwargs(PyObject *kwargs)
         if (parse_code(name, code, f) < 0) {
             goto error;
         }
-        f->name = Py_NewRef(name);
+        /* Interned: update() matches a call's keywords (interned
+         * constants) to fields by identity first. */
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        f->name = name; /* the items tuple keeps the original alive */
         layout->nfields++;
         offset = record_round_up(offset, f->item_size);
         f->offset = offset;
@@ -428,6 +432,20 @@ out_of_range(const field_spec *f)
 int
 item_encode(const field_spec *f, PyObject *value, unsigned char *out)
 {
+    /* The common cases first: an exact float or int runs no user code. */
+    if (f->kind == 'd' && PyFloat_CheckExact(value)) {
+        double d = PyFloat_AS_DOUBLE(value);
+        memcpy(out, &d, sizeof d);
+        return 0;
+    }
+    if (f->kind == 'q' && PyLong_CheckExact(value)) {
+        long long v = PyLong_AsLongLong(value);
+        if (v == -1 && PyErr_Occurred()) {
+            return out_of_range(f);
+        }
+        memcpy(out, &v, sizeof v);
+        return 0;
+    }
     switch (f->kind) {
     case 'd': case 'f': {
         double d = PyFloat_AsDouble(value);

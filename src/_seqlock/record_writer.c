@@ -74,58 +74,88 @@ end_staging(RecordWriterObject *w, int commit)
     }
 }
 
-/* Convert update()'s keyword values into buf (laid out like the data),
- * marking the fields they set in chosen[].  The call's kwnames tuple and
- * value array keep every name and value alive while their conversions
- * run user code (__float__, a str subclass's __eq__).  0 or -1. */
-static int
-encode_values(const record_layout *layout, PyObject *const *values,
-              PyObject *kwnames, unsigned char *buf, char *chosen)
+/* A field update() was given: where its converted bytes are in the
+ * scratch buffer. */
+typedef struct {
+    const field_spec *f;
+    size_t at;
+} chosen_field;
+
+/* Keywords matched without allocating, on the way most calls take. */
+#define STACK_CHOSEN 16
+
+/* The field called name: first by identity (field names are interned, as
+ * are the keywords of a call written in the source), starting where the
+ * previous keyword's field ended, since calls tend to name fields in
+ * order; then by lookup (a str built at run time, a str subclass).  NULL
+ * with TypeError if there is none. */
+static const field_spec *
+match_field(const record_layout *layout, PyObject *name, Py_ssize_t *next)
 {
-    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t nf = layout->nfields;
+    Py_ssize_t j = *next;
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        if (layout->fields[j].name == name) {
+            *next = j + 1 == nf ? 0 : j + 1;
+            return &layout->fields[j];
+        }
+        j = j + 1 == nf ? 0 : j + 1;
+    }
+    const field_spec *f = layout_find(layout, name);
+    if (f == NULL && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "the record has no field %R", name);
+    }
+    return f;
+}
+
+/* Match update()'s keywords to fields (chosen[i] for kwnames[i]), each
+ * given room in a scratch buffer of *total bytes.  A lookup may run user
+ * code (a str subclass's __eq__): the call's kwnames tuple keeps every
+ * name alive meanwhile.  0 or -1. */
+static int
+choose_fields(const record_layout *layout, PyObject *kwnames, Py_ssize_t n,
+              chosen_field *chosen, size_t *total)
+{
+    Py_ssize_t next = 0;
+    size_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        const field_spec *f = layout_find(layout, name);
+        const field_spec *f = match_field(layout, name, &next);
         if (f == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "the record has no field %R",
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < i; k++) {
+            if (chosen[k].f == f) { /* two names equal to one field */
+                PyErr_Format(PyExc_TypeError,
+                             "update() got multiple values for field %R",
                              name);
+                return -1;
             }
-            return -1;
         }
-        char *seen = &chosen[f - layout->fields];
-        if (*seen) { /* two names that compare equal to one field */
-            PyErr_Format(PyExc_TypeError,
-                         "update() got multiple values for field %R", name);
-            return -1;
-        }
-        *seen = 1;
-        if (field_encode(f, values[i], buf + f->offset) < 0) {
-            return -1;
-        }
+        chosen[i].f = f;
+        chosen[i].at = at;
+        at += record_round_up(f->item_size * (size_t)f->count, 8);
     }
+    *total = at;
     return 0;
 }
 
-/* Store the chosen fields of buf: into writer's section (its staging
+/* Store the chosen fields' bytes: into writer's section (its staging
  * copies) if one is given, else into the record's copy 0. */
 static void
 store_values(SeqRecordObject *self, RecordWriterObject *writer,
-             const unsigned char *buf, const char *chosen)
+             const unsigned char *buf, const chosen_field *chosen,
+             Py_ssize_t n)
 {
-    const record_layout *layout = self->layout;
     seqlock_word_t *data = record_copy(&self->rec.view, 0);
-    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
-        const field_spec *f = &layout->fields[i];
-        if (!chosen[i]) {
-            continue;
-        }
-        size_t n = f->item_size * (size_t)f->count;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const field_spec *f = chosen[i].f;
+        size_t bytes = f->item_size * (size_t)f->count;
         if (writer != NULL) {
-            section_store(writer, f, 0, buf + f->offset, n);
+            section_store(writer, f, 0, buf + chosen[i].at, bytes);
         }
         else {
-            record_store_bytes(data, f->offset, buf + f->offset, n);
+            record_store_bytes(data, f->offset, buf + chosen[i].at, bytes);
         }
     }
 }
@@ -164,40 +194,57 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
                         "update() takes the values as keywords only");
         return -1;
     }
+    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    chosen_field stack_chosen[STACK_CHOSEN];
+    chosen_field *chosen = stack_chosen;
     unsigned char stack[STACK_SNAPSHOT_BYTES];
-    const record_layout *layout = self->layout;
-    unsigned char *buf = scratch(stack, layout->data_bytes);
-    char *chosen = PyMem_Calloc((size_t)layout->nfields, 1);
+    unsigned char *buf = NULL;
     int result = -1;
-    if (buf == NULL || chosen == NULL) {
+    if (n > STACK_CHOSEN) {
+        chosen = PyMem_Malloc((size_t)n * sizeof *chosen);
         if (chosen == NULL) {
             PyErr_NoMemory();
+            return -1;
         }
+    }
+    size_t total;
+    if (choose_fields(self->layout, kwnames, n, chosen, &total) < 0
+        || (buf = scratch(stack, total)) == NULL) {
         goto done;
     }
-    if (encode_values(layout, args, kwnames, buf, chosen) < 0) {
-        goto done;
+    /* One conversion pass into private scratch: conversions run user
+     * code (__float__, __index__, a buffer's exporter, a list another
+     * thread changes), none of it with the record locked. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const field_spec *f = chosen[i].f;
+        if ((f->is_array ? field_encode(f, args[i], buf + chosen[i].at)
+                         : item_encode(f, args[i], buf + chosen[i].at))
+            < 0) {
+            goto done;
+        }
     }
     if (writer != NULL) {
         if (check_in_section(writer) < 0) {
             goto done;
         }
-        store_values(self, writer, buf, chosen);
+        store_values(self, writer, buf, chosen, n);
     }
     else {
         if (begin_write(self, -1) < 0) {
             goto done;
         }
-        store_values(self, NULL, buf, chosen);
+        store_values(self, NULL, buf, chosen, n);
         if (unlock_write(&self->lock) < 0) {
             goto done;
         }
     }
     result = 0;
 done:
-    PyMem_Free(chosen);
     if (buf != NULL) {
         scratch_free(buf, stack);
+    }
+    if (chosen != stack_chosen) {
+        PyMem_Free(chosen);
     }
     return result;
 }
