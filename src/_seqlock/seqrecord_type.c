@@ -1178,7 +1178,9 @@ static PyGetSetDef SeqRecord_getset[] = {
      PyDoc_STR("The field names, in order."), NULL},
     {"format", (getter)SeqRecord_get_format, NULL,
      PyDoc_STR("The native struct format of a snapshot (read_into's "
-               "layout)."), NULL},
+               "layout; a shape counts as its elements): struct.unpack("
+               "self.format, raw) reads it.  Not a numpy dtype string: "
+               "numpy.dtype(self.format) fails, use self.dtype."), NULL},
     {"dtype", (getter)SeqRecord_get_dtype, NULL,
      PyDoc_STR("A numpy structured dtype of a snapshot: the fields' names, "
                "element types, shapes (as subarrays) and offsets, itemsize "
