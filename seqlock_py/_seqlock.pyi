@@ -100,6 +100,9 @@ class SeqRecord:
     def format(self) -> str:
         """Native struct format of a snapshot."""
     @property
+    def dtype(self) -> Any:
+        """A numpy structured dtype of a snapshot (numpy.dtype; imports numpy when asked)."""
+    @property
     def nbytes(self) -> int:
         """Bytes in a snapshot: struct.calcsize(self.format)."""
     @property
@@ -124,8 +127,8 @@ class SeqRecord:
         """(sequence, values): one snapshot and the (even) sequence of exactly that state."""
     def read_dict(self) -> dict[str, _Value]:
         """One consistent snapshot as a dict."""
-    def read_into(self, buffer: Buffer, /) -> int:
-        """Copy a snapshot into buffer (layout: self.format); return its (even) sequence."""
+    def read_into(self, buffer: Buffer, /, *, field: str | None = None) -> int:
+        """Copy a snapshot (or one array field's value) into buffer; return its (even) sequence."""
     def __getitem__(self, name: str, /) -> _Value: ...
     def get(self, name: str, default: Any = None, /) -> _Value:
         """One field's consistent value, or default for an unknown name."""
@@ -166,8 +169,16 @@ class ArrayField:
     """An array field inside a write section."""
 
     def __len__(self) -> int: ...
+    @overload
     def __getitem__(self, index: int, /) -> Any: ...
-    def __setitem__(self, index: int, value: Any, /) -> None: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> tuple[Any, ...]: ...
+    def __setitem__(self, index: int | slice, value: Any, /) -> None: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def tolist(self) -> list[Any]:
+        """The field's value in this section as a list (nested lists for a shape)."""
+    def __buffer__(self, flags: int, /) -> memoryview:
+        """A writable view of the section's copy of the field (committed with the section)."""
 
 @final
 class _Waiter:

@@ -105,7 +105,7 @@ CASES = [
     ("SeqRecord(positional)", lambda lock, rec: SeqRecord("d"), TypeError),
     ("format 'z'", lambda lock, rec: SeqRecord(x="z"), ValueError),
     ("format '0d'", lambda lock, rec: SeqRecord(x="0d"), ValueError),
-    ("format '4?'", lambda lock, rec: SeqRecord(x="4?"), ValueError),
+    ("format '4l'", lambda lock, rec: SeqRecord(x="4l"), ValueError),
     ("format 'dd'", lambda lock, rec: SeqRecord(x="dd"), ValueError),
     ("format 8", lambda lock, rec: SeqRecord(x=8), TypeError),
     ("format '99999999d'", lambda lock, rec: SeqRecord(x="99999999d"), ValueError),
@@ -128,7 +128,8 @@ CASES = [
     ("read_into(too small)", lambda lock, rec: rec.read_into(bytearray(3)), ValueError),
     ("read_into(read-only)", lambda lock, rec: rec.read_into(bytes(256)), BufferError),
     ("read_into(not a buffer)", lambda lock, rec: rec.read_into([0.0] * 16), TypeError),
-    ("read_into(small array)", lambda lock, rec: rec.read_into(array.array("d", [0.0])), ValueError),
+    ("read_into(small buffer)", lambda lock, rec: rec.read_into(bytearray(8)), ValueError),
+    ("read_into(array of float64)", lambda lock, rec: rec.read_into(array.array("d", [0.0] * 16)), TypeError),
     ("update inside own write", lambda lock, rec: while_writing_record(rec, lambda: rec.update(x=2.0)), RuntimeError),
     # ---- SeqRecord: writers
     ("update(positional)", lambda lock, rec: rec.update(1), TypeError),

@@ -89,7 +89,7 @@ def test_array_field_reads_as_a_tuple_of_its_length():
 
 
 @pytest.mark.parametrize(
-    "code", ["z", "0d", "00q", "4?", "dd", "", "16", "d4", " d", "-1d", "i", "f", "99999999999999999999d"]
+    "code", ["z", "0d", "00q", "dd", "", "16", "d4", " d", "-1d", "l", "e", "4s", "()d", "(0,3)d", "(3,3", "3(3)d", "(3,,3)d", "(1,2,3,4,5,6,7,8,9)d", "99999999999999999999d"]
 )
 def test_bad_format_code_is_rejected(code):
     with pytest.raises(ValueError, match="bad format"):
@@ -887,3 +887,21 @@ def test_thread_whose_record_writer_was_dropped_elsewhere_can_write_again():
     a, b = Call(owner), Call(other)
     b.join(10)
     assert a.join(10) == (2,)  # if A fails, it holds the (local) record for good
+
+
+def test_update_matches_keywords_built_at_run_time(rec):
+    name = "".join(["fl", "ag"])  # not the interned field name
+    rec.update(**{name: True, "x": 2.0})
+    assert rec["flag"] is True and rec["x"] == 2.0
+
+
+def test_update_matches_keywords_in_any_order(rec):
+    rec.update(u=5, x=1.0, arr=[1, 2, 3, 4], n=-2, flag=True)
+    assert rec.read() == (1.0, True, -2, (1.0, 2.0, 3.0, 4.0), 5)
+
+
+def test_update_of_many_fields_beyond_the_stack_room():
+    fields = {f"f{i}": "q" for i in range(40)}
+    rec = SeqRecord(**fields)
+    rec.update(**{name: i for i, name in enumerate(fields)})
+    assert rec.read() == tuple(range(40))

@@ -7,12 +7,18 @@
 
 #include "compat.h"
 
+/* Dimensions a field's shape may have ("(2,3,4)f" has 3). */
+#define FIELD_MAX_DIMS 8
+
 typedef struct {
     PyObject *name;   /* str */
-    char kind;        /* 'd' float64, 'q' int64, 'Q' uint64, '?' bool */
-    int is_array;     /* declared with a count ("16d"): values are tuples */
-    Py_ssize_t count; /* elements; 1 for a scalar */
-    size_t item_size; /* bytes per element */
+    char kind;        /* struct code: d f (float64/32), q Q i I h H b B
+                         (signed/unsigned 64/32/16/8-bit), ? (bool) */
+    int is_array;     /* declared with a count or a shape: ndim > 0 */
+    int ndim;         /* 0 scalar, 1 for "16d", 2 for "(3,3)d"... */
+    Py_ssize_t shape[FIELD_MAX_DIMS]; /* ndim of them */
+    Py_ssize_t count; /* elements: the shape's product; 1 for a scalar */
+    size_t item_size; /* bytes per element (its native alignment too) */
     size_t offset;    /* native struct offset of the first element */
 } field_spec;
 
@@ -38,8 +44,38 @@ const field_spec *layout_find(const record_layout *layout, PyObject *name);
  * after it, not before. */
 int field_encode(const field_spec *f, PyObject *value, unsigned char *out);
 int item_encode(const field_spec *f, PyObject *value, unsigned char *out);
-/* The Python value of field f (a tuple for an array) from its bytes. */
+/* The Python value of field f from its bytes: a number for a scalar, a
+ * tuple for "16d", nested tuples of the shape for "(3,3)d" (what numpy's
+ * tolist() gives, as tuples). */
 PyObject *field_decode(const field_spec *f, const unsigned char *in);
 PyObject *item_decode(const field_spec *f, const unsigned char *in);
+
+/* Elements of field f, laid out flat from `in`, as nested tuples of
+ * shape[0..ndim) (ndim >= 1). */
+PyObject *shape_decode(const field_spec *f, const Py_ssize_t *shape, int ndim,
+                       const unsigned char *in);
+
+/* Whether a buffer (PyBUF_RECORDS_RO) holds exactly field f's elements:
+ * its element type (kind and size; byte order native), C-contiguous, and
+ * f's shape.  0, or -1 with TypeError (element type) or ValueError
+ * (contiguity, ndim, shape). */
+int buffer_fits_field(const field_spec *f, const Py_buffer *view);
+
+/* The element that a PEP 3118 format code (with an optional byte-order
+ * prefix: '@', '=', '<', '>', '!') describes, as one of our kinds ('q'
+ * for numpy's 'l' on LP64...), or '\0' if it is none of them.  *rest, if
+ * not NULL, gets what follows the code. */
+char buffer_code_kind(const char *format, const char **rest);
+
+/* Whether a buffer (PyBUF_RECORDS) may take a whole snapshot of layout:
+ * bytes; elements of the record's only element type; or a structured
+ * array of its dtype (PEP 3118 "T{...}" naming its fields, offsets, kinds
+ * and shapes).  0, or -1 with TypeError naming rec.dtype (or ValueError:
+ * not C-contiguous).  Its length is the caller's to check. */
+int buffer_fits_record(const record_layout *layout, const Py_buffer *view);
+
+/* The numpy name of a kind ("float64"), for messages. */
+const char *kind_name(char kind);
+size_t kind_size(char kind);
 
 #endif /* SEQLOCK_PY_RECORD_LAYOUT_H */

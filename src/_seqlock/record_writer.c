@@ -9,48 +9,153 @@
 
 static int check_in_section(RecordWriterObject *w);
 
-/* Convert update()'s keyword values into buf (laid out like the data),
- * marking the fields they set in chosen[].  The call's kwnames tuple and
- * value array keep every name and value alive while their conversions
- * run user code (__float__, a str subclass's __eq__).  0 or -1. */
-static int
-encode_values(const record_layout *layout, PyObject *const *values,
-              PyObject *kwnames, unsigned char *buf, char *chosen)
+/* ---- a write section's view of its fields ---- */
+
+/* The staging copy of field f in w's section (a bytearray), or NULL. */
+static inline PyObject *
+staged_of(const RecordWriterObject *w, const field_spec *f)
 {
-    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        const field_spec *f = layout_find(layout, name);
-        if (f == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "the record has no field %R",
-                             name);
-            }
-            return -1;
-        }
-        char *seen = &chosen[f - layout->fields];
-        if (*seen) { /* two names that compare equal to one field */
-            PyErr_Format(PyExc_TypeError,
-                         "update() got multiple values for field %R", name);
-            return -1;
-        }
-        *seen = 1;
-        if (field_encode(f, values[i], buf + f->offset) < 0) {
-            return -1;
-        }
+    return w->staged == NULL ? NULL
+                             : w->staged[f - w->record->layout->fields];
+}
+
+/* Store n bytes at byte `at` of field f, in w's section: into its staging
+ * copy if the field has one, else into the record (the holder's copy). */
+static void
+section_store(RecordWriterObject *w, const field_spec *f, size_t at,
+              const void *src, size_t n)
+{
+    PyObject *staged = staged_of(w, f);
+    if (staged != NULL) {
+        memcpy(PyByteArray_AS_STRING(staged) + at, src, n);
     }
-    return 0;
+    else {
+        record_store_bytes(record_copy(&w->record->rec.view, 0),
+                           f->offset + at, src, n);
+    }
 }
 
 static void
-store_values(const record_layout *layout, seqlock_word_t *data,
-             const unsigned char *buf, const char *chosen)
+section_load(RecordWriterObject *w, const field_spec *f, size_t at,
+             void *dst, size_t n)
 {
+    PyObject *staged = staged_of(w, f);
+    if (staged != NULL) {
+        memcpy(dst, PyByteArray_AS_STRING(staged) + at, n);
+    }
+    else {
+        record_load_bytes(dst, record_copy(&w->record->rec.view, 0),
+                          f->offset + at, n);
+    }
+}
+
+/* End the staging copies of w's section, storing them into the record
+ * first if commit (the lock still held). */
+static void
+end_staging(RecordWriterObject *w, int commit)
+{
+    if (w->staged == NULL) {
+        return;
+    }
+    const record_layout *layout = w->record->layout;
     for (Py_ssize_t i = 0; i < layout->nfields; i++) {
+        PyObject *staged = w->staged[i];
+        if (staged == NULL) {
+            continue;
+        }
         const field_spec *f = &layout->fields[i];
-        if (chosen[i]) {
-            record_store_bytes(data, f->offset, buf + f->offset,
+        if (commit) {
+            record_store_bytes(record_copy(&w->record->rec.view, 0),
+                               f->offset, PyByteArray_AS_STRING(staged),
                                f->item_size * (size_t)f->count);
+        }
+        w->staged[i] = NULL;
+        Py_DECREF(staged);
+    }
+}
+
+/* A field update() was given: where its converted bytes are in the
+ * scratch buffer. */
+typedef struct {
+    const field_spec *f;
+    size_t at;
+} chosen_field;
+
+/* Keywords matched without allocating, on the way most calls take. */
+#define STACK_CHOSEN 16
+
+/* The field called name: first by identity (field names are interned, as
+ * are the keywords of a call written in the source), starting where the
+ * previous keyword's field ended, since calls tend to name fields in
+ * order; then by lookup (a str built at run time, a str subclass).  NULL
+ * with TypeError if there is none. */
+static const field_spec *
+match_field(const record_layout *layout, PyObject *name, Py_ssize_t *next)
+{
+    Py_ssize_t nf = layout->nfields;
+    Py_ssize_t j = *next;
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        if (layout->fields[j].name == name) {
+            *next = j + 1 == nf ? 0 : j + 1;
+            return &layout->fields[j];
+        }
+        j = j + 1 == nf ? 0 : j + 1;
+    }
+    const field_spec *f = layout_find(layout, name);
+    if (f == NULL && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "the record has no field %R", name);
+    }
+    return f;
+}
+
+/* Match update()'s keywords to fields (chosen[i] for kwnames[i]), each
+ * given room in a scratch buffer of *total bytes.  A lookup may run user
+ * code (a str subclass's __eq__): the call's kwnames tuple keeps every
+ * name alive meanwhile.  0 or -1. */
+static int
+choose_fields(const record_layout *layout, PyObject *kwnames, Py_ssize_t n,
+              chosen_field *chosen, size_t *total)
+{
+    Py_ssize_t next = 0;
+    size_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        const field_spec *f = match_field(layout, name, &next);
+        if (f == NULL) {
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < i; k++) {
+            if (chosen[k].f == f) { /* two names equal to one field */
+                PyErr_Format(PyExc_TypeError,
+                             "update() got multiple values for field %R",
+                             name);
+                return -1;
+            }
+        }
+        chosen[i].f = f;
+        chosen[i].at = at;
+        at += record_round_up(f->item_size * (size_t)f->count, 8);
+    }
+    *total = at;
+    return 0;
+}
+
+/* Store the chosen fields' bytes: into writer's section (its staging
+ * copies) if one is given, else into the record's copy 0. */
+static void
+store_values(SeqRecordObject *self, RecordWriterObject *writer,
+             const unsigned char *buf, const chosen_field *chosen,
+             Py_ssize_t n)
+{
+    seqlock_word_t *data = record_copy(&self->rec.view, 0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const field_spec *f = chosen[i].f;
+        size_t bytes = f->item_size * (size_t)f->count;
+        if (writer != NULL) {
+            section_store(writer, f, 0, buf + chosen[i].at, bytes);
+        }
+        else {
+            record_store_bytes(data, f->offset, buf + chosen[i].at, bytes);
         }
     }
 }
@@ -89,40 +194,57 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
                         "update() takes the values as keywords only");
         return -1;
     }
+    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    chosen_field stack_chosen[STACK_CHOSEN];
+    chosen_field *chosen = stack_chosen;
     unsigned char stack[STACK_SNAPSHOT_BYTES];
-    const record_layout *layout = self->layout;
-    unsigned char *buf = scratch(stack, layout->data_bytes);
-    char *chosen = PyMem_Calloc((size_t)layout->nfields, 1);
+    unsigned char *buf = NULL;
     int result = -1;
-    if (buf == NULL || chosen == NULL) {
+    if (n > STACK_CHOSEN) {
+        chosen = PyMem_Malloc((size_t)n * sizeof *chosen);
         if (chosen == NULL) {
             PyErr_NoMemory();
+            return -1;
         }
+    }
+    size_t total;
+    if (choose_fields(self->layout, kwnames, n, chosen, &total) < 0
+        || (buf = scratch(stack, total)) == NULL) {
         goto done;
     }
-    if (encode_values(layout, args, kwnames, buf, chosen) < 0) {
-        goto done;
+    /* One conversion pass into private scratch: conversions run user
+     * code (__float__, __index__, a buffer's exporter, a list another
+     * thread changes), none of it with the record locked. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const field_spec *f = chosen[i].f;
+        if ((f->is_array ? field_encode(f, args[i], buf + chosen[i].at)
+                         : item_encode(f, args[i], buf + chosen[i].at))
+            < 0) {
+            goto done;
+        }
     }
     if (writer != NULL) {
         if (check_in_section(writer) < 0) {
             goto done;
         }
-        store_values(layout, record_copy(&self->rec.view, 0), buf, chosen);
+        store_values(self, writer, buf, chosen, n);
     }
     else {
         if (begin_write(self, -1) < 0) {
             goto done;
         }
-        store_values(layout, record_copy(&self->rec.view, 0), buf, chosen);
+        store_values(self, NULL, buf, chosen, n);
         if (unlock_write(&self->lock) < 0) {
             goto done;
         }
     }
     result = 0;
 done:
-    PyMem_Free(chosen);
     if (buf != NULL) {
         scratch_free(buf, stack);
+    }
+    if (chosen != stack_chosen) {
+        PyMem_Free(chosen);
     }
     return result;
 }
@@ -165,6 +287,7 @@ close_section(RecordWriterObject *w, int rollback)
     if (check_in_section(w) < 0) {
         return -1;
     }
+    end_staging(w, !rollback);
     atomic_store_explicit(&w->active, 0, memory_order_relaxed);
     return rollback ? abort_write(&w->record->lock)
                     : unlock_write(&w->record->lock);
@@ -211,6 +334,12 @@ RecordWriter_dealloc(RecordWriterObject *self)
                 memory_order_relaxed);
         }
     }
+    if (self->staged != NULL) {
+        if (self->record != NULL) {
+            end_staging(self, 0);
+        }
+        PyMem_Free(self->staged);
+    }
     Py_XDECREF(self->record);
     PyObject_GC_Del(self);
     Py_DECREF(type);
@@ -223,6 +352,7 @@ RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
                                          self->timeout_ns)) < 0) {
         return NULL;
     }
+    end_staging(self, 0); /* a lost section's, if any */
     self->section = atomic_load_explicit(&self->record->sections,
                                          memory_order_relaxed);
     atomic_store_explicit(&self->active, 1, memory_order_relaxed);
@@ -307,8 +437,7 @@ RecordWriter_setattro(RecordWriterObject *self, PyObject *name,
         result = check_in_section(self);
     }
     if (result == 0) {
-        record_store_bytes(record_copy(&self->record->rec.view, 0), f->offset, buf,
-                           n);
+        section_store(self, f, 0, buf, n);
     }
     scratch_free(buf, stack);
     return result;
@@ -380,71 +509,305 @@ ArrayField_dealloc(ArrayFieldObject *self)
 static Py_ssize_t
 ArrayField_length(ArrayFieldObject *self)
 {
-    return self->field->count;
+    return self->field->shape[0];
 }
 
-/* The element offset for index i, or (size_t)-1 with IndexError /
- * RuntimeError.  A negative index has already had the length added by
- * PySequence_GetItem/SetItem (sq_item's contract), so a negative i here is
- * out of range: adding the length again would make arr[-5] of a 4-element
- * array write arr[3]. */
-static size_t
-element_offset(ArrayFieldObject *self, Py_ssize_t i)
+/* The field's value (nested tuples for a shape) as the section sees it. */
+static PyObject *
+ArrayField_tolist(ArrayFieldObject *self, PyObject *Py_UNUSED(ignored))
 {
+    const field_spec *f = self->field;
     if (check_in_section(self->writer) < 0) {
-        return (size_t)-1;
+        return NULL;
     }
-    if (i < 0 || i >= self->field->count) {
-        PyErr_Format(PyExc_IndexError, "field %R index out of range",
-                     self->field->name);
-        return (size_t)-1;
+    size_t n = f->item_size * (size_t)f->count;
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    unsigned char *buf = scratch(stack, n);
+    if (buf == NULL) {
+        return NULL;
     }
-    return self->field->offset + (size_t)i * self->field->item_size;
+    section_load(self->writer, f, 0, buf, n);
+    PyObject *value = field_decode(f, buf);
+    scratch_free(buf, stack);
+    return value;
+}
+
+/* Nested tuples as nested lists (a new reference; steals value). */
+static PyObject *
+as_lists(PyObject *value)
+{
+    if (value == NULL || !PyTuple_Check(value)) {
+        return value;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(value);
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *item = as_lists(Py_NewRef(PyTuple_GET_ITEM(value, i)));
+        if (item == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    Py_DECREF(value);
+    return list;
 }
 
 static PyObject *
-ArrayField_item(ArrayFieldObject *self, Py_ssize_t i)
+ArrayField_tolist_method(ArrayFieldObject *self, PyObject *Py_UNUSED(ignored))
 {
-    size_t offset = element_offset(self, i);
-    if (offset == (size_t)-1) {
-        return NULL;
-    }
-    unsigned char item[8];
-    record_load_bytes(item, record_copy(&self->writer->record->rec.view, 0), offset,
-                      self->field->item_size);
-    return item_decode(self->field, item);
+    return as_lists(ArrayField_tolist(self, NULL));
 }
 
-static int
-ArrayField_ass_item(ArrayFieldObject *self, Py_ssize_t i, PyObject *value)
+static PyObject *
+ArrayField_iter(ArrayFieldObject *self)
 {
+    PyObject *items = ArrayField_tolist(self, NULL);
+    if (items == NULL) {
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(items);
+    Py_DECREF(items);
+    return it;
+}
+
+/* The flat element range a key selects in a one-dimensional field:
+ * 0 with *start, *step, *len, or -1 with IndexError/TypeError.  A
+ * shaped field takes only [:] here (rows and elements: index
+ * numpy.asarray(w.field)). */
+static int
+element_range(ArrayFieldObject *self, PyObject *key, Py_ssize_t *start,
+              Py_ssize_t *step, Py_ssize_t *len, int *is_slice)
+{
+    const field_spec *f = self->field;
+    if (PySlice_Check(key)) {
+        Py_ssize_t stop;
+        if (PySlice_Unpack(key, start, &stop, step) < 0) {
+            return -1;
+        }
+        *len = PySlice_AdjustIndices(f->shape[0], start, &stop, *step);
+        *is_slice = 1;
+        if (f->ndim > 1 && !(*start == 0 && *step == 1
+                             && *len == f->shape[0])) {
+            goto shaped;
+        }
+        return 0;
+    }
+    if (f->ndim > 1) {
+        goto shaped;
+    }
+    if (!PyIndex_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "field %R takes an int index or a "
+                     "slice, not %.200s", f->name, Py_TYPE(key)->tp_name);
+        return -1;
+    }
+    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (i < 0) {
+        i += f->count;
+    }
+    if (i < 0 || i >= f->count) {
+        PyErr_Format(PyExc_IndexError, "field %R index out of range",
+                     f->name);
+        return -1;
+    }
+    *start = i;
+    *step = 1;
+    *len = 1;
+    *is_slice = 0;
+    return 0;
+shaped:
+    PyErr_Format(PyExc_TypeError,
+                 "field %R has %d dimensions: assign all of it (w.%U[:] = "
+                 "value), or index numpy.asarray(w.%U)", f->name, f->ndim,
+                 f->name, f->name);
+    return -1;
+}
+
+static PyObject *
+ArrayField_subscript(ArrayFieldObject *self, PyObject *key)
+{
+    const field_spec *f = self->field;
+    Py_ssize_t start, step, len;
+    int is_slice;
+    if (element_range(self, key, &start, &step, &len, &is_slice) < 0
+        || check_in_section(self->writer) < 0) {
+        return NULL;
+    }
+    if (f->ndim > 1) {
+        return ArrayField_tolist(self, NULL); /* [:] */
+    }
+    unsigned char item[8];
+    if (!is_slice) {
+        section_load(self->writer, f, (size_t)start * f->item_size, item,
+                     f->item_size);
+        return item_decode(f, item);
+    }
+    PyObject *tuple = PyTuple_New(len);
+    for (Py_ssize_t k = 0; tuple != NULL && k < len; k++) {
+        section_load(self->writer, f,
+                     (size_t)(start + k * step) * f->item_size, item,
+                     f->item_size);
+        PyObject *value = item_decode(f, item);
+        if (value == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, k, value);
+    }
+    return tuple;
+}
+
+/* w.field[i] = x, w.field[a:b] = values: converted into a scratch copy
+ * first (that runs user code, which may close the section: checked
+ * after), then stored. */
+static int
+ArrayField_ass_subscript(ArrayFieldObject *self, PyObject *key,
+                         PyObject *value)
+{
+    const field_spec *f = self->field;
     if (value == NULL) {
         PyErr_SetString(PyExc_TypeError, "cannot delete array elements");
         return -1;
     }
-    size_t offset = element_offset(self, i);
-    unsigned char item[8];
-    /* Convert, then check again: the conversion runs user code, which may
-     * have closed the section. */
-    if (offset == (size_t)-1 || item_encode(self->field, value, item) < 0
+    Py_ssize_t start, step, len;
+    int is_slice;
+    if (element_range(self, key, &start, &step, &len, &is_slice) < 0
         || check_in_section(self->writer) < 0) {
         return -1;
     }
-    record_store_bytes(record_copy(&self->writer->record->rec.view, 0), offset,
-                       item, self->field->item_size);
-    return 0;
+    if (!is_slice) {
+        unsigned char item[8];
+        if (item_encode(f, value, item) < 0
+            || check_in_section(self->writer) < 0) {
+            return -1;
+        }
+        section_store(self->writer, f, (size_t)start * f->item_size, item,
+                      f->item_size);
+        return 0;
+    }
+    /* The slice as a field of its own: len elements, one dimension (or
+     * the whole shaped field). */
+    field_spec part = *f;
+    if (f->ndim == 1) {
+        part.shape[0] = part.count = len;
+    }
+    size_t n = part.item_size * (size_t)part.count;
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    unsigned char *buf = scratch(stack, n > 0 ? n : 1);
+    if (buf == NULL) {
+        return -1;
+    }
+    int result = field_encode(&part, value, buf);
+    if (result == 0) {
+        result = check_in_section(self->writer);
+    }
+    if (result == 0) {
+        if (step == 1) {
+            section_store(self->writer, f, (size_t)start * f->item_size, buf,
+                          n);
+        }
+        else {
+            for (Py_ssize_t k = 0; k < len; k++) {
+                section_store(self->writer, f,
+                              (size_t)(start + k * step) * f->item_size,
+                              buf + (size_t)k * f->item_size, f->item_size);
+            }
+        }
+    }
+    scratch_free(buf, stack);
+    return result;
 }
+
+/* The buffer protocol, while the section is open: a view of the field's
+ * staging copy (section_store()), which the section stores into the
+ * record when it commits.  Writes through the view after the section
+ * ended reach only that copy, never the record. */
+static int
+ArrayField_getbuffer(ArrayFieldObject *self, Py_buffer *view, int flags)
+{
+    RecordWriterObject *w = self->writer;
+    const field_spec *f = self->field;
+    if (check_in_section(w) < 0) {
+        view->obj = NULL;
+        return -1;
+    }
+    PyObject *staged = staged_of(w, f);
+    if (staged == NULL) {
+        if (w->staged == NULL) {
+            w->staged = PyMem_Calloc((size_t)w->record->layout->nfields,
+                                     sizeof(PyObject *));
+            if (w->staged == NULL) {
+                PyErr_NoMemory();
+                view->obj = NULL;
+                return -1;
+            }
+        }
+        size_t n = f->item_size * (size_t)f->count;
+        staged = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
+        if (staged == NULL) {
+            view->obj = NULL;
+            return -1;
+        }
+        record_load_bytes(PyByteArray_AS_STRING(staged),
+                          record_copy(&w->record->rec.view, 0), f->offset, n);
+        w->staged[f - w->record->layout->fields] = staged;
+    }
+    /* A memoryview of the staging bytes cast to the field's element type
+     * and shape exports it; the consumer releases through it. */
+    PyObject *bytes_view = PyMemoryView_FromObject(staged);
+    PyObject *shape = bytes_view == NULL ? NULL : PyList_New(f->ndim);
+    for (int d = 0; shape != NULL && d < f->ndim; d++) {
+        PyObject *dim = PyLong_FromSsize_t(f->shape[d]);
+        if (dim == NULL) {
+            Py_CLEAR(shape);
+            break;
+        }
+        PyList_SET_ITEM(shape, d, dim);
+    }
+    PyObject *typed = shape == NULL ? NULL
+                      : PyObject_CallMethod(bytes_view, "cast", "s#O",
+                                            &f->kind, (Py_ssize_t)1, shape);
+    Py_XDECREF(shape);
+    Py_XDECREF(bytes_view);
+    if (typed == NULL) {
+        view->obj = NULL;
+        return -1;
+    }
+    int result = PyObject_GetBuffer(typed, view, flags);
+    Py_DECREF(typed);
+    return result;
+}
+
+static PyMethodDef ArrayField_methods[] = {
+    {"tolist", (PyCFunction)ArrayField_tolist_method, METH_NOARGS,
+     PyDoc_STR("tolist($self, /)\n--\n\nThe field's value in this section "
+               "as a list (nested lists for a shape), as numpy's tolist() "
+               "gives it.")},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyType_Slot ArrayField_slots[] = {
     {Py_tp_dealloc, ArrayField_dealloc},
     {Py_tp_traverse, ArrayField_traverse},
     {Py_tp_clear, ArrayField_clear},
+    {Py_tp_iter, ArrayField_iter},
+    {Py_tp_methods, ArrayField_methods},
     {Py_sq_length, ArrayField_length},
-    {Py_sq_item, ArrayField_item},
-    {Py_sq_ass_item, ArrayField_ass_item},
+    {Py_mp_length, ArrayField_length},
+    {Py_mp_subscript, ArrayField_subscript},
+    {Py_mp_ass_subscript, ArrayField_ass_subscript},
+    {Py_bf_getbuffer, ArrayField_getbuffer},
     {Py_tp_doc, (void *)PyDoc_STR(
-        "An array field inside a write section: index it to read or set "
-        "elements.")},
+        "An array field inside a write section (w.samples): index or slice "
+        "it to read or set elements (w.samples[3] = 2.5, w.samples[:] = "
+        "vec); len(), iteration and tolist() read it.  It exports the "
+        "buffer protocol while the section is open: numpy.asarray("
+        "w.samples) is a writable view of the section's copy of the field, "
+        "stored into the record when the section commits (not if it rolls "
+        "back); writes through it after the section reach nothing.")},
     {0, NULL},
 };
 

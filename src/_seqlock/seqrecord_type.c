@@ -723,7 +723,7 @@ SeqRecord_repr(SeqRecordObject *self)
 PyDoc_STRVAR(SeqRecord_read_doc,
 "read($self, /)\n--\n\n"
 "Return one consistent snapshot: a tuple of the fields in order (an array\n"
-"field becomes a tuple).  Never waits: while a write section is open\n"
+"field becomes a tuple, a shaped one nested tuples of its shape).  Never waits: while a write section is open\n"
 "(in any thread or process, even this thread's), the state before it.");
 
 /* One consistent snapshot as a tuple, and its (even) sequence number. */
@@ -895,22 +895,63 @@ SeqRecord_get(SeqRecordObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(SeqRecord_read_into_doc,
-"read_into($self, buffer, /)\n--\n\n"
-"Copy one consistent snapshot into a writable buffer, in the layout of\n"
-"self.format (bytearray, array.array, memoryview, a NumPy array...), and\n"
-"return the snapshot's sequence number (even: self.sequence when the\n"
-"section that wrote it ended).  The fields travel as raw bytes:\n"
-"the only object created is the returned int, as for self.sequence.\n"
-"ValueError if the buffer is smaller than self.nbytes.");
+"read_into($self, buffer, /, *, field=None)\n--\n\n"
+"Copy one consistent snapshot into a writable buffer and return its\n"
+"sequence number (even: self.sequence when the section that wrote it\n"
+"ended).  The fields travel as raw bytes: the only object created is the\n"
+"returned int, as for self.sequence.\n\n"
+"The buffer holds bytes in the layout of self.format (a bytearray, a\n"
+"memoryview of bytes), or is a numpy array of self.dtype (one element,\n"
+"or 0-d), or holds elements of the record's only element type (a record\n"
+"of '16d' into numpy.empty(16)).  TypeError for any other typed buffer\n"
+"(np.empty(1002) for a record of 'q' and '1000d' would mix int64 bits\n"
+"into floats), ValueError if it is smaller than self.nbytes or strided.\n\n"
+"With field=name, copy that one array field's consistent value into a\n"
+"C-contiguous buffer of its element type and shape (a numpy array of\n"
+"dtype self.dtype[name].base and shape self.dtype[name].shape): no\n"
+"tuple is built.  TypeError for another element type, ValueError for\n"
+"another shape or a strided buffer, KeyError for no such field.");
 
 static PyObject *
-SeqRecord_read_into(SeqRecordObject *self, PyObject *target)
+SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
+                    Py_ssize_t nargsf, PyObject *kwnames)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *name = NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs != 1 || nkw > 1
+        || (nkw == 1
+            && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+                                                "field") != 0)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_into() takes a buffer and, as a keyword, "
+                        "field=name");
         return NULL;
     }
-    size_t n = self->layout->data_bytes;
+    const field_spec *f = NULL;
+    if (nkw == 1 && (name = args[1]) != Py_None) {
+        f = field_or_keyerror(self, name);
+        if (f == NULL) {
+            return NULL;
+        }
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_RECORDS) < 0) {
+        return NULL;
+    }
+    size_t offset = 0, n = self->layout->data_bytes;
+    if (f != NULL) {
+        offset = f->offset;
+        n = f->item_size * (size_t)f->count;
+        if (buffer_fits_field(f, &view) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    else if (buffer_fits_record(self->layout, &view) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     if ((size_t)view.len < n) {
         PyErr_Format(PyExc_ValueError,
                      "buffer too small: a snapshot takes %zu bytes, the "
@@ -919,7 +960,7 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *target)
         return NULL;
     }
     uint64_t seq;
-    int failed = snapshot(self, view.buf, 0, n, &seq);
+    int failed = snapshot(self, view.buf, offset, n, &seq);
     PyBuffer_Release(&view);
     return failed ? NULL : PyLong_FromUnsignedLongLong(seq);
 }
@@ -974,6 +1015,7 @@ SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
     writer->timeout_ns = timeout_ns;
     atomic_init(&writer->active, 0);
     writer->section = 0;
+    writer->staged = NULL;
     PyObject_GC_Track(writer);
     return (PyObject *)writer;
 }
@@ -1008,6 +1050,64 @@ static PyObject *
 SeqRecord_get_format(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
     return Py_NewRef(self->layout->format);
+}
+
+/* numpy.dtype of the layout: imported only here, so that everything else
+ * works without numpy.  A new (equal) dtype each time. */
+static PyObject *
+SeqRecord_get_dtype(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    const record_layout *layout = self->layout;
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL) {
+        return NULL;
+    }
+    PyObject *formats = PyList_New(layout->nfields);
+    PyObject *offsets = PyList_New(layout->nfields);
+    PyObject *names = PySequence_List(layout->names);
+    PyObject *spec = NULL, *dtype = NULL;
+    if (formats == NULL || offsets == NULL || names == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
+        const field_spec *f = &layout->fields[i];
+        PyObject *format = PyUnicode_FromStringAndSize(&f->kind, 1);
+        if (format != NULL && f->is_array) {
+            PyObject *shape = PyTuple_New(f->ndim);
+            for (int d = 0; shape != NULL && d < f->ndim; d++) {
+                PyObject *dim = PyLong_FromSsize_t(f->shape[d]);
+                if (dim == NULL) {
+                    Py_CLEAR(shape);
+                    break;
+                }
+                PyTuple_SET_ITEM(shape, d, dim);
+            }
+            Py_SETREF(format, shape == NULL ? NULL
+                                            : PyTuple_Pack(2, format, shape));
+            Py_XDECREF(shape);
+        }
+        PyObject *offset = PyLong_FromSize_t(f->offset);
+        if (format == NULL || offset == NULL) {
+            Py_XDECREF(format);
+            Py_XDECREF(offset);
+            goto done;
+        }
+        PyList_SET_ITEM(formats, i, format);
+        PyList_SET_ITEM(offsets, i, offset);
+    }
+    spec = Py_BuildValue("{sOsOsOsn}", "names", names, "formats", formats,
+                         "offsets", offsets, "itemsize",
+                         (Py_ssize_t)layout->data_bytes);
+    if (spec != NULL) {
+        dtype = PyObject_CallMethod(numpy, "dtype", "O", spec);
+    }
+done:
+    Py_XDECREF(spec);
+    Py_XDECREF(names);
+    Py_XDECREF(formats);
+    Py_XDECREF(offsets);
+    Py_DECREF(numpy);
+    return dtype;
 }
 
 static PyObject *
@@ -1053,7 +1153,8 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS, NEWS_WAITER_DOC},
     {"read_dict", (PyCFunction)SeqRecord_read_dict, METH_NOARGS,
      SeqRecord_read_dict_doc},
-    {"read_into", (PyCFunction)SeqRecord_read_into, METH_O,
+    {"read_into", (PyCFunction)(void (*)(void))SeqRecord_read_into,
+     METH_FASTCALL | METH_KEYWORDS,
      SeqRecord_read_into_doc},
     {"get", (PyCFunction)(void (*)(void))SeqRecord_get, METH_FASTCALL,
      SeqRecord_get_doc},
@@ -1077,7 +1178,16 @@ static PyGetSetDef SeqRecord_getset[] = {
      PyDoc_STR("The field names, in order."), NULL},
     {"format", (getter)SeqRecord_get_format, NULL,
      PyDoc_STR("The native struct format of a snapshot (read_into's "
-               "layout)."), NULL},
+               "layout; a shape counts as its elements): struct.unpack("
+               "self.format, raw) reads it.  Not a numpy dtype string: "
+               "numpy.dtype(self.format) fails, use self.dtype."), NULL},
+    {"dtype", (getter)SeqRecord_get_dtype, NULL,
+     PyDoc_STR("A numpy structured dtype of a snapshot: the fields' names, "
+               "element types, shapes (as subarrays) and offsets, itemsize "
+               "self.nbytes; numpy.empty((), rec.dtype) is a buffer for "
+               "read_into().  Imports numpy (ImportError without it); "
+               "numpy.dtype(rec.format) cannot work: struct formats are "
+               "not dtype strings."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
     {"readonly", (getter)SeqRecord_get_readonly, NULL,
@@ -1101,9 +1211,13 @@ static PyMemberDef SeqRecord_members[] = {
 PyDoc_STRVAR(SeqRecord_doc,
 "SeqRecord(**fields)\n--\n\n"
 "Numeric fields held in C, with snapshots that never wait.\n\n"
-"Each keyword names a field and gives its struct format code: 'd'\n"
-"(float64), 'q' (int64), 'Q' (uint64), '?' (bool), or a count and\n"
-"'d'/'q'/'Q' for a fixed-length array ('16d').  Fields start at zero.\n"
+"Each keyword names a field and gives its struct format code: 'd' 'f'\n"
+"(float64/32), 'q' 'i' 'h' 'b' (signed 64/32/16/8-bit), 'Q' 'I' 'H' 'B'\n"
+"(unsigned), '?' (bool); a count and a code for a fixed-length array\n"
+"('16d', '8?': read as a tuple), or a shape and a code ('(3,3)d': read\n"
+"as nested tuples, numpy's tolist() order).  Fields start at zero.\n"
+"self.format is the struct format of a snapshot, self.dtype the numpy\n"
+"dtype (np.dtype(self.format) cannot parse struct formats).\n"
 "The record is a latch: two copies of the numbers, writers (update,\n"
 "write) serialise and change one while readers (read, read_dict,\n"
 "rec[name], get, read_into) copy the other, so a reader never waits for\n"

@@ -245,6 +245,10 @@ record_load_bytes(void *dst, const seqlock_word_t *data, size_t offset,
                   size_t n)
 {
     unsigned char *out = (unsigned char *)dst;
+    if (offset % SEQLOCK_WORD_SIZE == 0) { /* a field's usual start */
+        seqlock_read_copy(dst, data + offset / SEQLOCK_WORD_SIZE, n);
+        return;
+    }
     while (n) {
         size_t word = offset / SEQLOCK_WORD_SIZE;
         size_t skip = offset % SEQLOCK_WORD_SIZE;
@@ -265,6 +269,18 @@ record_store_bytes(seqlock_word_t *data, size_t offset, const void *src,
                    size_t n)
 {
     const unsigned char *in = (const unsigned char *)src;
+    if (offset % SEQLOCK_WORD_SIZE == 0) { /* whole words first */
+        size_t first = offset / SEQLOCK_WORD_SIZE;
+        size_t whole = n / SEQLOCK_WORD_SIZE;
+        for (size_t i = 0; i < whole; i++) {
+            seqlock_word_value_t w;
+            memcpy(&w, in + i * SEQLOCK_WORD_SIZE, SEQLOCK_WORD_SIZE);
+            atomic_store_explicit(&data[first + i], w, memory_order_relaxed);
+        }
+        in += whole * SEQLOCK_WORD_SIZE;
+        offset += whole * SEQLOCK_WORD_SIZE;
+        n -= whole * SEQLOCK_WORD_SIZE;
+    }
     while (n) {
         size_t word = offset / SEQLOCK_WORD_SIZE;
         size_t skip = offset % SEQLOCK_WORD_SIZE;
