@@ -21,13 +21,12 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
         "seconds pass first (None: wait until then).\n\n"                    \
         "The thread sleeps on the sequence word (a futex, so a writer in\n"  \
         "another process wakes it), releasing the GIL and using almost no\n" \
-        "CPU (a look once a second; every 50 ms in the main thread); a\n"   \
-        "write wakes sleepers only when there are any.  Ctrl-C interrupts\n" \
-        "the wait.  Raises RuntimeError if this thread holds the write "      \
-        "lock,\n"                                                            \
-        "or if a SeqLock's writer died inside its section (as read() does);\n" \
-        "a SeqRecord's dead writer's section is rolled back, which counts\n"  \
-        "as a write.")
+        "CPU (a look once a second); a write wakes sleepers only when\n"    \
+        "there are any.  A signal interrupts the sleep and its handler\n"   \
+        "runs: Ctrl-C ends the wait.  Raises RuntimeError if this thread\n"  \
+        "holds the write lock, or if a SeqLock's writer died inside its\n"  \
+        "section (as read() does); a SeqRecord's dead writer's section is\n" \
+        "rolled back, which counts as a write.")
 
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 #define NEWS_WAITER_DOC                                                      \
