@@ -274,25 +274,26 @@ def test_ctrl_c_from_another_thread_interrupts_an_untimed_main_thread_wait(kind)
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("kind", WAITED_ON)
 def test_signal_handlers_run_during_a_main_thread_wait_that_goes_on(kind):
-    """Three SIGUSR1 from a timer thread each run their handler while the
-    main thread's untimed wait sleeps; the wait goes on after each and
-    answers True for the write that follows them."""
+    """Three SIGUSR1 from another thread (each sent once the handler of
+    the one before has run: signals coalesce) each run their handler
+    while the main thread's untimed wait sleeps; the wait goes on after
+    each and answers True for the write that follows them."""
     assert threading.current_thread() is threading.main_thread()
     obj, write = waited_on(kind)
     seq = obj.sequence
     ran = []
-    all_ran = threading.Event()
+    handled = threading.Event()
 
     def handler(*_):
         ran.append(obj.sequence)  # before the write: the wait is still on
-        if len(ran) == 3:
-            all_ran.set()
+        handled.set()
 
     def signal_then_write():
         for _ in range(3):
             time.sleep(0.05)
+            handled.clear()
             os.kill(os.getpid(), signal.SIGUSR1)
-        all_ran.wait(LONG)
+            handled.wait(LONG)
         write()
 
     old = signal.signal(signal.SIGUSR1, handler)

@@ -556,7 +556,7 @@ signal_handlers_run_here(void)
 
 int
 wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
-                const _Atomic uint32_t *cancel, uint64_t *now)
+                const _Atomic uint32_t *cancel, int long_naps, uint64_t *now)
 {
     /* A record's waiter is a reader: it never takes the lock, not even to
      * roll back a dead writer's section (the next writer does that; its
@@ -564,10 +564,10 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
      * use and trusts nothing in the record.  It waits through such a
      * section; one that may not write the record at all does not even
      * announce itself (it polls). */
-    unsigned flags = 0;
+    unsigned flags = long_naps ? SEQLOCK_WAIT_LONG_NAPS : 0;
     if (b->record != NULL) {
-        flags = SEQLOCK_WAIT_THROUGH_DEATH
-                | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
+        flags |= SEQLOCK_WAIT_THROUGH_DEATH
+                 | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
     }
     if (b->record != NULL && b->record->guarded != NULL) {
         (void)bus_guard_reassert(); /* a wait may be long: make sure */
