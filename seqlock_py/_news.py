@@ -12,8 +12,9 @@ loop's timer; cancelling the await withdraws the future.  2,000 pending
 waits on one record are one thread, not 2,000.
 
 The watcher is not a daemon thread (an isolated subinterpreter refuses
-those).  It ends once nothing is pending (after a short linger, so that
-a long-poll loop's next wait finds it); at interpreter shutdown every
+those).  It ends once nothing is pending, letting go of the owner before
+the last answers reach their loops (so the buffer can be released at
+once, as ``SharedMemory.close()`` needs); at interpreter shutdown every
 watcher is stopped and its waits answered False before threads are
 joined, so none holds the exit up; a fork's child starts its own.
 """
@@ -75,10 +76,6 @@ def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[A
 
 # ---- wait_async: one watcher thread per lock or record ----
 
-#: How long a watcher whose waits are all answered stays for the next one.
-_LINGER = 0.1
-
-
 class _Watch:
     """The pending awaited waits on one owner, and the thread that sleeps
     for them.  Every field is guarded by _lock."""
@@ -86,7 +83,7 @@ class _Watch:
     __slots__ = ("owner", "waiter", "thread", "pending", "count", "kicked", "ended")
 
     def __init__(self, owner: Any) -> None:
-        self.owner = owner  # kept alive while a wait is pending
+        self.owner = owner  # kept alive while a wait is pending (None once left)
         self.waiter = owner._waiter(0, None)  # the watcher's sleeps; cancel() wakes it
         self.thread: threading.Thread | None = None
         #: seq -> event loop -> the futures waiting for a write since seq
@@ -210,53 +207,54 @@ def _take(watch: _Watch, keep: int | None) -> _Answers:
 def _watch(watch: _Watch) -> None:
     """The watcher thread: sleep on the owner's count for every pending
     wait, answer those each write concerns, leave when none is left."""
-    owner = watch.owner
-    lingering = False
+    answers, outcome = _watch_until_none_is_left(watch)
+    # Nothing here holds the owner any more, so the tasks answered last
+    # may release its buffer at once (SharedMemory.close()).
+    _deliver(answers, outcome)
+
+
+def _watch_until_none_is_left(watch: _Watch) -> tuple[_Answers, bool | BaseException]:
+    """The watcher's loop; returns what is still pending when it leaves,
+    and the answer they get, having let go of the owner."""
     now: int | None = None  # the count the last sleep ended at
     try:
         while True:
             with _lock:
-                if watch.ended:
-                    return
+                if watch.ended:  # the owner was closed: nothing pending
+                    return {}, True
                 if _stopping:
-                    answers, outcome = _end_watch(watch), False
-                    break
+                    return _end_watch(watch), False
                 if watch.kicked:
                     watch.kicked = False
-                    watch.waiter = owner._waiter(0, None)
+                    watch.waiter = watch.owner._waiter(0, None)
                 # The waits for any state but the newest committed one are
                 # answered: a write has ended since theirs.
                 answers = _take(watch, now) if now is not None else {}
-                seq = owner.sequence
+                seq = watch.owner.sequence
                 if seq % 2 == 0:
                     _merge(answers, _take(watch, seq))
-                if watch.pending:
-                    lingering = False
-                elif lingering:
+                if not watch.pending:
                     _end_watch(watch)
-                    _deliver(answers, True)
-                    return
-                else:
-                    lingering = True
+                    return answers, True
                 waiter = watch.waiter
             _deliver(answers, True)
             # Wakes when a write ends after seq (odd: the open section's
             # end), or when cancelled (the last wait left, shutdown).
-            now = waiter.next(seq, _LINGER if lingering else None)
+            now = waiter.next(seq)
     except BaseException as exc:  # the owner's error is every waiter's
         with _lock:
             answers = {} if watch.ended else _end_watch(watch)
-        _deliver(answers, exc)
-        return
-    _deliver(answers, outcome)
+        return answers, exc.with_traceback(None)  # (its frames hold the owner)
 
 
 def _end_watch(watch: _Watch) -> _Answers:
-    """Under _lock: the watcher leaves; return what was still pending."""
+    """Under _lock: the watcher leaves; return what was still pending.
+    The watch lets go of its owner (the next wait starts a new one)."""
     answers = _take(watch, None)
     watch.thread = None
     if _watches.get(id(watch.owner)) is watch:
         del _watches[id(watch.owner)]
+    watch.owner = watch.waiter = None
     return answers
 
 
@@ -313,9 +311,9 @@ def _owner_closed(owner: Any) -> None:
         watch = _watches.get(id(owner))
         if watch is None:
             return
-        answers = _end_watch(watch)
-        watch.ended = True
         watch.waiter.cancel()
+        watch.ended = True
+        answers = _end_watch(watch)
     kind = "lock" if type(owner).__name__ == "SeqLock" else "record"
     _deliver(answers, ValueError(f"the {kind} is closed"))
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from seqlock_py import SeqLock, SeqRecord
+from seqlock_py import SeqLock, SeqRecord, _news
 from process_helpers import PythonProcess
 from workers import SHORT, run_threads, start_in_thread
 
@@ -433,6 +433,29 @@ def test_a_write_from_another_process_wakes_a_waiter_on_a_shared_record(shared_r
         code, out = writer.finish()
     assert code == 0, out
     assert woken and waited < 0.1 + WOKEN
+    assert rec.read_versioned() == (seq + 2, (42,))
+
+
+@pytest.mark.timeout(60)
+def test_a_write_from_another_process_answers_every_wait_async_on_a_shared_record(shared_record):
+    """200 wait_async on a record in shared memory sleep on its watcher;
+    a writer process's update() answers every one of them True."""
+    name, rec = shared_record.name, shared_record.rec
+    seq, _ = rec.read_versioned()
+
+    async def main(writer):
+        everything = asyncio.gather(*(rec.wait_async(seq, LONG) for _ in range(200)))
+        while _news._pending_waits(rec) < 200:
+            await asyncio.sleep(0.005)
+        writer.tell("go")
+        return await everything
+
+    with PythonProcess(WRITER_SCRIPT, name, 42) as writer:
+        writer.expect("ready")
+        results = asyncio.run(main(writer))
+        code, out = writer.finish()
+    assert code == 0, out
+    assert results.count(True) == 200
     assert rec.read_versioned() == (seq + 2, (42,))
 
 

@@ -31,7 +31,8 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 #define NEWS_WAITER_DOC                                                      \
     PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"                 \
-              "A cancellable wait(seq, timeout), for the asyncio forms.")
+              "A cancellable wait(seq, timeout); its next() is where the\n" \
+              "asyncio forms' watcher thread sleeps.")
 #define NEWS_WAIT_ASYNC_DOC                                                  \
     PyDoc_STR(                                                               \
         "wait_async($self, /, seq, timeout=None)\n--\n\n"                    \
