@@ -565,6 +565,27 @@ def test_wait_for_timeout_around_wait_async_leaves_no_thread_waiting(subject):
     assert no_waiter_thread_left()
 
 
+def test_wait_async_and_changes_async_take_a_timeout_of_minus_one_as_for_ever():
+    """timeout=-1 means no timeout, as for wait() and threading: the
+    asyncio forms wait for the write 0.1 s later instead of taking -1 for
+    an event-loop timer that has already run out."""
+    rec = SeqRecord(x="q")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, lambda: rec.update(x=1))
+        woken = await rec.wait_async(rec.sequence, -1)
+        loop.call_later(0.1, lambda: rec.update(x=2))
+        seen = []
+        async for _, (x,) in rec.changes_async(timeout=-1):
+            seen.append(x)
+            if x == 2:
+                break
+        return woken, seen
+
+    assert asyncio.run(main()) == (True, [1, 2])
+
+
 def test_wait_async_checks_its_arguments_when_called(subject):
     with pytest.raises(ValueError):
         subject.obj.wait_async(-1)

@@ -49,18 +49,29 @@ wait_args(const char *name, PyObject *args, PyObject *kwargs, PyObject **seq_obj
 /* The keyword-only timeout=None of changes() and changes_async(). */
 static int
 changes_args(const char *name, PyObject *args, PyObject *kwargs,
-             PyObject **timeout)
+             int64_t *timeout_ns)
 {
     static char *keywords[] = {"timeout", NULL};
     char format[32];
     PyOS_snprintf(format, sizeof format, "|$O:%s", name);
-    *timeout = Py_None;
-    int64_t unused;
+    PyObject *timeout = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords,
-                                     timeout)) {
+                                     &timeout)) {
         return -1;
     }
-    return timeout_to_ns(*timeout, &unused);
+    return timeout_to_ns(timeout, timeout_ns);
+}
+
+/* A checked timeout as _news takes it: seconds as a float, None for ever
+ * (so that _news never converts the caller's object a second time, and
+ * -1, "for ever" to wait(), is not a timer of -1 s to an event loop). */
+static PyObject *
+timeout_seconds(int64_t timeout_ns)
+{
+    if (timeout_ns < 0) {
+        return Py_NewRef(Py_None);
+    }
+    return PyFloat_FromDouble((double)timeout_ns / 1e9);
 }
 
 /* ---- read_versioned() ---- */
@@ -279,11 +290,7 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
                   &timeout_ns) < 0) {
         return NULL;
     }
-    /* The timeout as checked, in seconds (None: for ever), so that
-     * _news never converts the caller's object a second time. */
-    PyObject *seconds = timeout_ns < 0
-                            ? Py_NewRef(Py_None)
-                            : PyFloat_FromDouble((double)timeout_ns / 1e9);
+    PyObject *seconds = timeout_seconds(timeout_ns);
     if (seconds == NULL) {
         return NULL;
     }
@@ -321,10 +328,16 @@ PyObject *
 news_changes(const char *name, PyObject *owner, PyObject *args,
              PyObject *kwargs)
 {
-    PyObject *timeout;
-    if (changes_args(name, args, kwargs, &timeout) < 0) {
+    int64_t timeout_ns;
+    if (changes_args(name, args, kwargs, &timeout_ns) < 0) {
         return NULL;
     }
-    PyObject *call[] = {owner, timeout};
-    return call_news(owner, name, call, 2);
+    PyObject *seconds = timeout_seconds(timeout_ns);
+    if (seconds == NULL) {
+        return NULL;
+    }
+    PyObject *call[] = {owner, seconds};
+    PyObject *items = call_news(owner, name, call, 2);
+    Py_DECREF(seconds);
+    return items;
 }
