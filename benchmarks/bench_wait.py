@@ -2,7 +2,8 @@
 CPU an idle waiter burns, and what waiting readers cost a writer.
 
     python -P benchmarks/bench_wait.py [--quick] [--writes N] [--repeats N]
-        [--parts latency,idle,write] [--idle-seconds T] [--idle-repeats N]
+        [--parts latency,idle,many,write] [--idle-seconds T] [--idle-repeats N]
+        [--many-waiters N] [--many-repeats N]
         [--baseline DIR [--baseline-label TEXT] [--baseline-rounds N]]
         [--label TEXT] [--json PATH]
     python -P benchmarks/bench_wait.py --table WAIT.json [...]
@@ -26,23 +27,37 @@ latency  A writer updates a record {x: float, t: int64}, stamping
          thread, multiprocessing.Condition for a writer process.  The writer
          is a thread of this process, or another process (spawn) with the
          record in multiprocessing.shared_memory.  The waiter runs in this
-         process's main thread (rec.wait() wakes every 50 ms there to run
-         signal handlers) or in another thread (it sleeps in one piece).
+         process's main thread (where a signal ends rec.wait()'s sleep to
+         run its handlers) or in another thread.
          --writes writes per case and round; p50, p99 and max per round,
          then medians over rounds.  A waiter that finds more than one write
          ended since its last look records no sample ("skipped"); a sample
          over 20 ms counts as "late" (a lost wake-up would show as about
-         50 ms in the main thread, or 1 s, rec.wait()'s safety nap,
-         elsewhere).
+         1 s, rec.wait()'s safety nap).
 idle     One waiter, nothing written, for T (--idle-seconds, 2 s): the CPU
          time of the waiting thread (time.thread_time()), of the whole
-         process (getrusage), and the thread's voluntary context switches
-         (/proc/self/task/<tid>/status), i.e. its wake-ups, per second.
+         process (getrusage), the thread's voluntary context switches
+         (/proc/self/task/<tid>/status), i.e. its wake-ups, per second, and
+         the whole process's context switches (getrusage: voluntary and
+         involuntary, of every thread, ended ones too) per second.
          rec.wait(seq, T) in the main thread, in another thread, and in the
          main thread of another process (record in shared memory, figures
          measured there); `await rec.wait_async(seq, T)` (the thread is the
-         loop's; the wait sleeps in a helper thread the process figures
-         include); threading.Condition.wait(T); the 1 ms polling loop.
+         loop's; the wait sleeps in the record's watcher thread, which the
+         process figures include, its start too), and the same measured
+         once the wait is settled (watcher started and asleep: the steady
+         cost of a pending wait); for reference, a thread blocked in
+         os.read() on a pipe (a timer thread writes a byte at T: its own
+         sleep and start are in the process figures),
+         threading.Condition.wait(T) and the 1 ms polling loop.
+many     N (--many-waiters, 2,000) concurrent `await rec.wait_async(seq)`
+         on one record in one event loop, then one write from another
+         thread: the process's threads while they wait (kernel count,
+         /proc/self/task, against the count before), the microseconds per
+         wait to start them all, and the time from the write to the first,
+         median and last waiter's return (each stamps monotonic_ns() as its
+         await returns; the writer stamps it just before its update()), and
+         how many were woken.  --many-repeats rounds, medians.
 write    ns per write, rec.update(x=v) and `with rec.write() as w:
          w.x = v`, with 0, 1 and 4 threads waiting for news
          (`for _ in rec.changes(): ...`, so each one wakes per write it sees
@@ -382,7 +397,7 @@ def snapshot():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     tid = threading.get_native_id()
     return (time.perf_counter(), time.thread_time(), ru.ru_utime + ru.ru_stime,
-            ru.ru_nvcsw, tid, switches(tid))
+            ru.ru_nvcsw + ru.ru_nivcsw, tid, switches(tid))
 
 
 def since(before, result):
@@ -411,6 +426,33 @@ async def _idle_wait_async(rec, seconds):
 
 def idle_wait_async(rec, seconds):
     return asyncio.run(_idle_wait_async(rec, seconds))
+
+
+async def _idle_wait_async_settled(rec, seconds):
+    seq = rec.read_versioned()[0]
+    settle = 0.1
+    task = asyncio.ensure_future(rec.wait_async(seq, seconds + settle))
+    await asyncio.sleep(settle)  # the watcher started and fell asleep
+    before = snapshot()
+    return since(before, await task)
+
+
+def idle_wait_async_settled(rec, seconds):
+    return asyncio.run(_idle_wait_async_settled(rec, seconds))
+
+
+def idle_pipe_read(rec, seconds):
+    r, w = os.pipe()
+    timer = threading.Timer(seconds, os.write, (w, b"x"))
+    try:
+        timer.start()
+        before = snapshot()
+        got = os.read(r, 1)
+        return since(before, got != b"x")  # False, as a wait that timed out
+    finally:
+        timer.join()
+        os.close(r)
+        os.close(w)
 
 
 def idle_poll(rec, seconds):
@@ -466,6 +508,10 @@ IDLE = [("rec.wait(seq, T)", "main", idle_wait),
         ("rec.wait(seq, T)", "thread", idle_wait),
         ("rec.wait(seq, T)", "process", None),
         ("await rec.wait_async(seq, T)", "main", idle_wait_async),
+        ("await rec.wait_async(seq, T), settled", "main",
+         idle_wait_async_settled),
+        ("os.read(pipe)", "main", idle_pipe_read),
+        ("os.read(pipe)", "thread", idle_pipe_read),
         ("threading.Condition.wait(T)", "thread", idle_condition),
         ("poll: sleep(0.001)", "main", idle_poll),
         ("poll: sleep(0.001)", "thread", idle_poll)]
@@ -499,6 +545,95 @@ def bench_idle(args, out, log):
         cells.append(cell)
     out["idle"] = {"seconds": args.idle_seconds,
                    "repeats": args.idle_repeats, "cells": cells}
+
+
+# ---- many: thousands of wait_async on one record --------------------------
+
+def os_threads():
+    """The process's threads as the kernel counts them (None off Linux)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+async def _many_round(rec, n):
+    seq = rec.read_versioned()[0]
+    woke = array.array("q")
+    clock = time.monotonic_ns
+
+    async def one():
+        got = await rec.wait_async(seq, WAIT_TIMEOUT * 4)
+        woke.append(clock())
+        return got
+
+    threads_before = os_threads()
+    t0 = time.perf_counter()
+    tasks = [asyncio.ensure_future(one()) for _ in range(n)]
+    everything = asyncio.gather(*tasks)
+    await asyncio.sleep(0)  # every task runs to its await: registered
+    started_s = time.perf_counter() - t0
+    await asyncio.sleep(0.2)  # all asleep
+    threads_waiting = os_threads()
+    written = []
+
+    def write():
+        written.append(clock())
+        rec.update(x=1.0, t=written[0])
+    writer = threading.Thread(target=write)
+    writer.start()
+    results = await everything
+    writer.join()
+    lat = sorted((t - written[0]) / 1e6 for t in woke)
+    return {"threads_before": threads_before,
+            "threads_waiting": threads_waiting,
+            "start_us_per_wait": started_s / n * 1e6,
+            "woken": sum(1 for r in results if r is True),
+            "first_ms": lat[0], "median_ms": statistics.median(lat),
+            "last_ms": lat[-1]}
+
+
+def bench_many(args, out, log):
+    rec = SeqRecord(**FIELDS)
+    rounds = []
+    for rnd in range(args.many_repeats):
+        rounds.append(asyncio.run(_many_round(rec, args.many_waiters)))
+        time.sleep(0.3)  # the watcher lingers, then leaves
+        log(f"# many round {rnd + 1}/{args.many_repeats}: "
+            f"last woken after {rounds[-1]['last_ms']:.1f} ms")
+    cell = {k: statistics.median(r[k] for r in rounds)
+            for k in ("start_us_per_wait", "first_ms", "median_ms",
+                      "last_ms")}
+    if all(r["threads_waiting"] is not None for r in rounds):
+        cell["extra_threads"] = max(r["threads_waiting"] - r["threads_before"]
+                                    for r in rounds)
+    out["many"] = {"waiters": args.many_waiters,
+                   "repeats": args.many_repeats,
+                   "woken_min": min(r["woken"] for r in rounds),
+                   **cell, "rounds": rounds}
+
+
+def many_table(outs):
+    outs = [o for o in outs if "many" in o]
+    if not outs:
+        return ""
+    n = outs[0]["many"]["waiters"]
+    lines = [f"Many async waiters: {n} concurrent `await rec.wait_async(seq)` "
+             "on one record in one event loop, one write from another "
+             f"thread (medians of {outs[0]['many']['repeats']} rounds):\n",
+             "| build | extra threads while waiting | µs per wait to start |"
+             " woken (fewest) | first / median / last woken, ms after the "
+             "write |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for o in outs:
+        m = o["many"]
+        lines.append(
+            f"| {interpreter_label(o['interpreter'])} |"
+            f" {m.get('extra_threads', '?')} |"
+            f" {m['start_us_per_wait']:.1f} | {m['woken_min']} of {n} |"
+            f" {m['first_ms']:.1f} / {m['median_ms']:.1f} /"
+            f" {m['last_ms']:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 # ---- write: a write's cost, with and without waiters ---------------------
@@ -791,12 +926,14 @@ def idle_table(outs):
         return ""
     idle = outs[0]["idle"]
     head = "".join(f" {interpreter_label(o['interpreter'])}: CPU ms "
-                   "(thread / process) | wake-ups/s |" for o in outs)
+                   "(thread / process) | wake-ups/s | process switches/s |"
+                   for o in outs)
     lines = [f"Idle waiter, nothing written for T = {idle['seconds']:g} s "
              f"(medians of {idle['repeats']} rounds; wake-ups: the waiting "
-             "thread's voluntary context switches):\n",
+             "thread's voluntary context switches; process switches: every "
+             "thread's, voluntary and involuntary):\n",
              "| waiter | runs in |" + head,
-             "| --- | --- |" + " ---: | ---: |" * len(outs)]
+             "| --- | --- |" + " ---: | ---: | ---: |" * len(outs)]
     for c0 in idle["cells"]:
         row = f"| `{c0['contender']}` | {c0['waiter']} |"
         for o in outs:
@@ -806,11 +943,13 @@ def idle_table(outs):
             w = c["wakeups_per_s"]
             row += (f" {c['thread_cpu_s'] * 1e3:.2f} / "
                     f"{c['process_cpu_s'] * 1e3:.2f} |"
-                    f" {'?' if w is None else f'{w:.1f}'} |")
+                    f" {'?' if w is None else f'{w:.1f}'} |"
+                    f" {c['process_switches_per_s']:.1f} |")
         lines.append(row)
-    lines.append("\nThe process column is the whole process's CPU over T "
-                 "(for `wait_async`, the helper thread that does the wait is "
-                 "counted there, not in the loop's thread); for the waiter in "
+    lines.append("\nThe process columns are the whole process's over T "
+                 "(for `wait_async`, the watcher thread that does the wait is "
+                 "counted there, not in the loop's thread; 'settled' starts "
+                 "counting once the watcher is asleep); for the waiter in "
                  "another process, figures are that process's.")
     return "\n".join(lines) + "\n"
 
@@ -875,7 +1014,8 @@ def write_table(outs):
 
 def tables(outs):
     parts = [latency_table(o) for o in outs if "latency" in o]
-    parts += [idle_table(outs), write_table(outs), measured_on(outs)
+    parts += [idle_table(outs), many_table(outs), write_table(outs),
+              measured_on(outs)
               + "; load after: " + ", ".join(f"{o['load_after']:.2f}"
                                             for o in outs) + "."]
     return "\n".join(p for p in parts if p)
@@ -887,7 +1027,8 @@ def report(out, log=print):
     log(tables([out]))
 
 
-PARTS = {"latency": bench_latency, "idle": bench_idle, "write": bench_write}
+PARTS = {"latency": bench_latency, "idle": bench_idle, "many": bench_many,
+         "write": bench_write}
 
 
 RESULT = "wait-"  # benchmarks/results/wait-<tag>.json
@@ -902,6 +1043,10 @@ def main(argv=None):
                        help="T, an idle wait")
     parser.add_setting("--idle-repeats", full=3, quick=1, type=int,
                        help="rounds of idle")
+    parser.add_setting("--many-waiters", full=2000, quick=50, type=int,
+                       help="N, concurrent wait_async of many")
+    parser.add_setting("--many-repeats", full=5, quick=1, type=int,
+                       help="rounds of many")
     parser.add_parts(PARTS)
     parser.add_argument("--baseline", metavar="DIR",
                         help="a directory holding another build of "
@@ -927,8 +1072,10 @@ def main(argv=None):
     args.paced_writes = 20 if args.quick else 200
     if (args.writes < 1 or args.repeats < 1 or args.idle_seconds <= 0
             or args.idle_repeats < 1 or args.baseline_rounds < 1
+            or args.many_waiters < 1 or args.many_repeats < 1
             or set(args.parts) - set(PARTS)):
-        parser.error("--writes, --repeats, --idle-repeats and "
+        parser.error("--writes, --repeats, --idle-repeats, --many-waiters, "
+                     "--many-repeats and "
                      "--baseline-rounds at least 1, --idle-seconds positive, "
                      "--parts from " + ",".join(PARTS))
     if args.baseline and not os.path.isdir(

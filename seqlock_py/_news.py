@@ -2,19 +2,28 @@
 
 ``SeqLock`` and ``SeqRecord`` check their arguments in C and hand over
 to these functions.  ``wait()`` sleeps on the lock's sequence word (a
-futex) with the GIL released; an event loop cannot, so each awaited wait
-sleeps in a thread of its own, and cancelling the await cancels that
-thread's wait (it returns at once).  A dedicated thread rather than the
-loop's default executor: waits that may last for ever must not take the
-few threads other ``run_in_executor`` calls need.  Not a daemon thread:
-an isolated subinterpreter refuses those; instead, every wait still
-pending when the interpreter shuts down is cancelled before threads are
-joined, so none can hold the shutdown up.
+futex) with the GIL released; an event loop cannot.  So every awaited
+wait on one lock or record, from any event loop of this process, leaves
+its future with that owner's watch, and one watcher thread per owner
+sleeps on the futex for all of them (``_Waiter.next()``, naps of 1 s):
+after each write it answers every future the write concerns, with one
+``loop.call_soon_threadsafe`` per event loop.  A wait's timeout is its
+loop's timer; cancelling the await withdraws the future.  2,000 pending
+waits on one record are one thread, not 2,000.
+
+The watcher is not a daemon thread (an isolated subinterpreter refuses
+those).  It ends once nothing is pending, letting go of the owner before
+the last answers reach their loops (so the buffer can be released at
+once, as ``SharedMemory.close()`` needs); at interpreter shutdown every
+watcher is stopped and its waits answered False before threads are
+joined, so none holds the exit up; a fork's child starts its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import os
 import threading
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
@@ -65,79 +74,284 @@ def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[A
         yield seq, values
 
 
-# The waits whose threads run now, cancelled at shutdown (before the
-# interpreter joins its threads: threading._register_atexit, which
-# concurrent.futures uses for the same purpose).
-_running: set[Any] = set()
-_running_lock = threading.Lock()
-_cancel_at_exit_registered = False
+# ---- wait_async: one watcher thread per lock or record ----
+
+class _Watch:
+    """The pending awaited waits on one owner, and the thread that sleeps
+    for them.  Every field is guarded by _lock."""
+
+    __slots__ = ("owner", "waiter", "thread", "pending", "count", "kicked", "ended")
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner  # kept alive while a wait is pending (None once left)
+        self.waiter = owner._waiter(0, None)  # the watcher's sleeps; cancel() wakes it
+        self.thread: threading.Thread | None = None
+        #: seq -> event loop -> the futures waiting for a write since seq
+        self.pending: dict[int, dict[asyncio.AbstractEventLoop, set[asyncio.Future[bool]]]] = {}
+        self.count = 0  # futures in pending
+        self.kicked = False  # waiter cancelled to make the watcher look
+        self.ended = False  # the owner was closed: the watcher just leaves
 
 
-def _cancel_running_waits() -> None:
-    with _running_lock:
-        waiters = list(_running)
-    for waiter in waiters:
-        waiter.cancel()
+_lock = threading.Lock()
+#: The watch of each owner with a watcher, by id(owner) (a watch keeps its
+#: owner alive, so the id stays the owner's).
+_watches: dict[int, _Watch] = {}
+_stopping = False  # the interpreter shuts down: no new watcher
+_stop_at_exit_registered = False
 
-
-def _start_wait_thread(waiter: Any, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
-    global _cancel_at_exit_registered
-    with _running_lock:
-        if not _cancel_at_exit_registered:
-            register_atexit = getattr(threading, "_register_atexit")
-            register_atexit(_cancel_running_waits)
-            _cancel_at_exit_registered = True
-        _running.add(waiter)
-    thread = threading.Thread(
-        target=_wait_in_thread,
-        args=(waiter, loop, answer),
-        name="seqlock_py wait_async",
-        daemon=False,
-    )
-    try:
-        thread.start()
-    except BaseException:
-        with _running_lock:
-            _running.discard(waiter)
-        raise
+_Answers = dict[asyncio.AbstractEventLoop, list["asyncio.Future[bool]"]]
 
 
 async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
-    """owner.wait(seq, timeout) in a thread, awaited."""
+    """owner.wait(seq, timeout), awaited: the owner's watcher answers."""
     if owner.wait(seq, 0):
         return True
-    if timeout is not None and timeout == 0:
+    if timeout == 0:
         return False
-    waiter = owner._waiter(seq, timeout)
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
-    _start_wait_thread(waiter, loop, answer)
+    if not _register(owner, seq, loop, answer):
+        return True  # a write ended meanwhile
+    timer = None if timeout is None else loop.call_later(timeout, _time_out, answer)
     try:
         return await answer
     finally:
-        waiter.cancel()  # no-op once the wait has returned
+        if timer is not None:
+            timer.cancel()
+        _withdraw(owner, seq, loop, answer)
 
 
-def _wait_in_thread(waiter: Any, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
+def _time_out(answer: asyncio.Future[bool]) -> None:
+    if not answer.done():
+        answer.set_result(False)
+
+
+def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
+    """Leave answer with owner's watch (starting its watcher if it has
+    none); False if a write has ended since seq after all.  The look and
+    the registration are one step under _lock, as the watcher's look at
+    the count and its answers are: a write either is seen here or wakes
+    the watcher after this registration."""
+    global _stop_at_exit_registered
+    with _lock:
+        if owner.wait(seq, 0):
+            return False
+        if _stopping:
+            raise RuntimeError("can't wait_async at interpreter shutdown")
+        if not _stop_at_exit_registered:
+            # Before the interpreter joins its threads (concurrent.futures
+            # uses the same hook for the same purpose).
+            getattr(threading, "_register_atexit")(_stop_watchers)
+            _stop_at_exit_registered = True
+        watch = _watches.get(id(owner))
+        if watch is None:
+            watch = _watches[id(owner)] = _Watch(owner)
+        watch.pending.setdefault(seq, {}).setdefault(loop, set()).add(answer)
+        watch.count += 1
+        if watch.thread is None:
+            try:
+                _start_watcher(watch)
+            except BaseException:
+                _discard(watch, seq, loop, answer)
+                if watch.count == 0:
+                    del _watches[id(owner)]
+                raise
+    return True
+
+
+def _start_watcher(watch: _Watch) -> None:
+    thread = threading.Thread(target=_watch, args=(watch,), name="seqlock_py wait_async", daemon=False)
+    thread.start()  # it takes _lock, which the caller holds, before it looks
+    watch.thread = thread
+
+
+def _withdraw(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
+    """Forget answer (timed out, cancelled, or already answered: then a
+    no-op); the last one gone, the watcher is woken to leave."""
+    with _lock:
+        watch = _watches.get(id(owner))
+        if watch is None or not _discard(watch, seq, loop, answer):
+            return
+        if watch.count == 0 and not watch.kicked:
+            watch.kicked = True
+            watch.waiter.cancel()
+
+
+def _discard(watch: _Watch, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
+    by_loop = watch.pending.get(seq)
+    if by_loop is None:
+        return False
+    futures = by_loop.get(loop)
+    if futures is None or answer not in futures:
+        return False
+    futures.discard(answer)
+    watch.count -= 1
+    if not futures:
+        del by_loop[loop]
+        if not by_loop:
+            del watch.pending[seq]
+    return True
+
+
+def _take(watch: _Watch, keep: int | None) -> _Answers:
+    """Remove and return, by loop, the futures of every seq but keep."""
+    taken: _Answers = {}
+    for seq in [seq for seq in watch.pending if seq != keep]:
+        for loop, futures in watch.pending.pop(seq).items():
+            taken.setdefault(loop, []).extend(futures)
+            watch.count -= len(futures)
+    return taken
+
+
+def _watch(watch: _Watch) -> None:
+    """The watcher thread: sleep on the owner's count for every pending
+    wait, answer those each write concerns, leave when none is left."""
+    answers, outcome = _watch_until_none_is_left(watch)
+    # Nothing here holds the owner any more, so the tasks answered last
+    # may release its buffer at once (SharedMemory.close()).
+    _deliver(answers, outcome)
+
+
+def _watch_until_none_is_left(watch: _Watch) -> tuple[_Answers, bool | BaseException]:
+    """The watcher's loop; returns what is still pending when it leaves,
+    and the answer they get, having let go of the owner."""
+    now: int | None = None  # the count the last sleep ended at
     try:
-        result = waiter.wait()
-    except BaseException as exc:  # delivered to the awaiting task
-        outcome: tuple[str, Any] = ("set_exception", exc)
-    else:
-        outcome = ("set_result", result)
-    finally:
-        with _running_lock:
-            _running.discard(waiter)
+        while True:
+            with _lock:
+                if watch.ended:  # the owner was closed: nothing pending
+                    return {}, True
+                if _stopping:
+                    return _end_watch(watch), False
+                if watch.kicked:
+                    watch.kicked = False
+                    watch.waiter = watch.owner._waiter(0, None)
+                # The waits for any state but the newest committed one are
+                # answered: a write has ended since theirs.
+                answers = _take(watch, now) if now is not None else {}
+                seq = watch.owner.sequence
+                if seq % 2 == 0:
+                    _merge(answers, _take(watch, seq))
+                if not watch.pending:
+                    _end_watch(watch)
+                    return answers, True
+                waiter = watch.waiter
+            _deliver(answers, True)
+            # Wakes when a write ends after seq (odd: the open section's
+            # end), or when cancelled (the last wait left, shutdown).
+            now = waiter.next(seq)
+    except BaseException as exc:  # the owner's error is every waiter's
+        with _lock:
+            answers = {} if watch.ended else _end_watch(watch)
+        return answers, exc.with_traceback(None)  # (its frames hold the owner)
+
+
+def _end_watch(watch: _Watch) -> _Answers:
+    """Under _lock: the watcher leaves; return what was still pending.
+    The watch lets go of its owner (the next wait starts a new one)."""
+    answers = _take(watch, None)
+    watch.thread = None
+    if _watches.get(id(watch.owner)) is watch:
+        del _watches[id(watch.owner)]
+    watch.owner = watch.waiter = None
+    return answers
+
+
+def _merge(into: _Answers, more: _Answers) -> None:
+    for loop, futures in more.items():
+        into.setdefault(loop, []).extend(futures)
+
+
+def _deliver(answers: _Answers, outcome: bool | BaseException) -> None:
+    """One call_soon_threadsafe per loop: its futures get outcome."""
+    for loop, futures in answers.items():
+        try:
+            loop.call_soon_threadsafe(_settle, futures, outcome)
+        except RuntimeError:
+            pass  # the loop has closed: nobody is awaiting any more
+
+
+def _settle(futures: list[asyncio.Future[bool]], outcome: bool | BaseException) -> None:
+    for answer in futures:
+        if answer.done():  # cancelled or timed out meanwhile
+            continue
+        if isinstance(outcome, BaseException):
+            answer.set_exception(_own_copy(outcome))
+        else:
+            answer.set_result(outcome)
+
+
+def _own_copy(exc: BaseException) -> BaseException:
+    """A copy for each task that raises it (its traceback is its own)."""
     try:
-        loop.call_soon_threadsafe(_settle, answer, outcome)
+        return copy.copy(exc)
+    except Exception:
+        return exc
+
+
+def _stop_watchers() -> None:
+    """At interpreter shutdown: every watcher answers its waits False and
+    ends.  A cancel can land while a watcher falls asleep (then it is seen
+    at its nap's end, 1 s): so cancel again until it has gone."""
+    global _stopping
+    with _lock:
+        _stopping = True
+        stopping = [(watch.thread, watch.waiter) for watch in _watches.values()]
+    for thread, waiter in stopping:
+        while thread is not None and thread.is_alive():
+            waiter.cancel()
+            thread.join(0.05)
+
+
+def _owner_closed(owner: Any) -> None:
+    """owner was closed: its pending awaited waits raise ValueError and its
+    watcher leaves (news_owner_closed() calls this)."""
+    with _lock:
+        watch = _watches.get(id(owner))
+        if watch is None:
+            return
+        watch.waiter.cancel()
+        watch.ended = True
+        answers = _end_watch(watch)
+    kind = "lock" if type(owner).__name__ == "SeqLock" else "record"
+    _deliver(answers, ValueError(f"the {kind} is closed"))
+
+
+def _forget_watchers_in_child() -> None:
+    """After fork(): only the forking thread exists, so no watcher; _lock
+    may have been held by one.  Start a watcher afresh for what is pending
+    (a loop of the forking thread may still await it)."""
+    global _lock
+    _lock = threading.Lock()
+    for key, watch in list(_watches.items()):
+        watch.thread = None
+        watch.kicked = False
+        watch.waiter = watch.owner._waiter(0, None)
+        if not watch.count:
+            del _watches[key]
+            continue
+        try:
+            _start_watcher(watch)
+        except RuntimeError:
+            pass  # the next wait_async on the owner starts it
+
+
+def _pending_waits(owner: Any = None) -> int:
+    """The futures waiting with owner's watcher (all watchers' if None):
+    for tests."""
+    with _lock:
+        if owner is None:
+            return sum(watch.count for watch in _watches.values())
+        watch = _watches.get(id(owner))
+        return 0 if watch is None else watch.count
+
+
+if hasattr(os, "register_at_fork"):
+    try:
+        os.register_at_fork(after_in_child=_forget_watchers_in_child)
     except RuntimeError:
-        pass  # the loop has closed: nobody is awaiting any more
-
-
-def _settle(answer: asyncio.Future[bool], outcome: tuple[str, Any]) -> None:
-    if not answer.done():  # cancelled meanwhile
-        method, value = outcome
-        getattr(answer, method)(value)
+        pass  # not in this (sub)interpreter: it cannot fork either
 
 
 async def changes_async(record: Any, timeout: float | None) -> AsyncIterator[tuple[int, tuple[Any, ...]]]:

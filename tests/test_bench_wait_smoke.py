@@ -1,6 +1,8 @@
 """benchmarks/bench_wait.py --quick runs to the end and writes well-formed
-JSON (with a --baseline comparison, against this very build), and --table
-prints the tables from it.
+JSON (with a --baseline comparison, against this very build; the idle
+part with its pipe-read reference; the many-async-waiters part: one
+write answers all 50 on one watcher thread), and --table prints the
+tables from it.
 
 No timing is asserted: the numbers depend on the machine and its load.
 """
@@ -41,12 +43,22 @@ def test_bench_wait_quick_writes_json_and_table(tmp_path):
                          ("rec.wait(seq, T)", "thread"),
                          ("rec.wait(seq, T)", "process"),
                          ("await rec.wait_async(seq, T)", "main"),
+                         ("await rec.wait_async(seq, T), settled", "main"),
+                         ("os.read(pipe)", "main"),
+                         ("os.read(pipe)", "thread"),
                          ("threading.Condition.wait(T)", "thread"),
                          ("poll: sleep(0.001)", "main"),
                          ("poll: sleep(0.001)", "thread")}
     for cell in idle.values():
         assert all(r["returned"] is False for r in cell["rounds"])
         assert cell["wall_s"] > 0 and cell["thread_cpu_s"] >= 0
+        assert cell["process_switches_per_s"] >= 0
+
+    many = result["many"]
+    assert many["waiters"] == 50 and len(many["rounds"]) == 1
+    assert many["woken_min"] == 50  # one write answered every wait
+    assert many.get("extra_threads", 1) <= 1  # one watcher, not 50 threads
+    assert 0 <= many["first_ms"] <= many["median_ms"] <= many["last_ms"]
 
     write = result["write"]
     assert write["kinds"] == KINDS
@@ -65,4 +77,6 @@ def test_bench_wait_quick_writes_json_and_table(tmp_path):
     table = run_benchmark("bench_wait.py", "--table", out)
     assert "| rec.wait(seq) | other thread |" in table
     assert "| `rec.wait(seq, T)` | process |" in table
+    assert "| `os.read(pipe)` | thread |" in table
+    assert "Many async waiters: 50 concurrent" in table
     assert "new/old" in table

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from seqlock_py import SeqLock, SeqRecord
+from seqlock_py import SeqLock, SeqRecord, _news
 from process_helpers import PythonProcess
 from workers import SHORT, run_threads, start_in_thread
 
@@ -437,6 +437,29 @@ def test_a_write_from_another_process_wakes_a_waiter_on_a_shared_record(shared_r
 
 
 @pytest.mark.timeout(60)
+def test_a_write_from_another_process_answers_every_wait_async_on_a_shared_record(shared_record):
+    """200 wait_async on a record in shared memory sleep on its watcher;
+    a writer process's update() answers every one of them True."""
+    name, rec = shared_record.name, shared_record.rec
+    seq, _ = rec.read_versioned()
+
+    async def main(writer):
+        everything = asyncio.gather(*(rec.wait_async(seq, LONG) for _ in range(200)))
+        while _news._pending_waits(rec) < 200:
+            await asyncio.sleep(0.005)
+        writer.tell("go")
+        return await everything
+
+    with PythonProcess(WRITER_SCRIPT, name, 42) as writer:
+        writer.expect("ready")
+        results = asyncio.run(main(writer))
+        code, out = writer.finish()
+    assert code == 0, out
+    assert results.count(True) == 200
+    assert rec.read_versioned() == (seq + 2, (42,))
+
+
+@pytest.mark.timeout(60)
 def test_a_consumer_in_another_process_sees_each_write_in_order(shared_record):
     name, rec = shared_record.name, shared_record.rec
     with PythonProcess(CONSUMER_SCRIPT, name) as consumer:
@@ -540,6 +563,27 @@ def test_wait_for_timeout_around_wait_async_leaves_no_thread_waiting(subject):
 
     asyncio.run(main())
     assert no_waiter_thread_left()
+
+
+def test_wait_async_and_changes_async_take_a_timeout_of_minus_one_as_for_ever():
+    """timeout=-1 means no timeout, as for wait() and threading: the
+    asyncio forms wait for the write 0.1 s later instead of taking -1 for
+    an event-loop timer that has already run out."""
+    rec = SeqRecord(x="q")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, lambda: rec.update(x=1))
+        woken = await rec.wait_async(rec.sequence, -1)
+        loop.call_later(0.1, lambda: rec.update(x=2))
+        seen = []
+        async for _, (x,) in rec.changes_async(timeout=-1):
+            seen.append(x)
+            if x == 2:
+                break
+        return woken, seen
+
+    assert asyncio.run(main()) == (True, [1, 2])
 
 
 def test_wait_async_checks_its_arguments_when_called(subject):

@@ -4,9 +4,11 @@ neither deadlock nor tear it.
 - SIGINT (Ctrl-C) ends each kind of wait with KeyboardInterrupt, promptly,
   and leaves the lock usable: a SeqLock reader waiting for its locking
   pass, each of a record's writers waiting for another thread's section,
-  a main thread's wait() while another thread waits too;
+  a main thread's wait() while another thread waits too, an untimed
+  main-thread wait() (it sleeps in one piece: a signal ends the sleep);
 - a signal to a waiting non-main thread neither ends its wait nor loses
-  it;
+  it; handlers run during a main thread's wait, which goes on, even for a
+  signal another thread caught (the wait's backstop slice);
 - a handler's write is news for the wait it interrupted; a handler that
   writes or waits while its own thread holds the write lock gets
   RuntimeError, and every snapshot stays consistent.
@@ -216,8 +218,8 @@ def test_signal_handler_writing_while_the_main_thread_waits_for_the_lock():
 
 @pytest.mark.timeout(30)
 def test_a_signal_handler_that_writes_the_record_ends_the_main_threads_wait():
-    """Held: a handler runs between the main thread's wait slices; its
-    write is news for the wait it interrupted."""
+    """Held: a handler runs during the main thread's wait; its write is
+    news for the wait it interrupted."""
     assert threading.current_thread() is threading.main_thread()
     rec = SeqRecord(x="q")
     seq = rec.sequence
@@ -232,6 +234,102 @@ def test_a_signal_handler_that_writes_the_record_ends_the_main_threads_wait():
         timer.join()
         signal.signal(signal.SIGUSR1, old)
     assert rec.read() == (5,)
+
+
+def waited_on(kind):
+    """(object to wait on, write()) for a SeqLock, a SeqRecord and a
+    read-only record attached to a writable one's memory (which polls)."""
+    if kind == "SeqLock":
+        lock = SeqLock()
+
+        def write_lock():
+            with lock:
+                pass
+        return lock, write_lock
+    buf = bytearray(SeqRecord.buffer_size(x="q"))
+    rec = SeqRecord.create(buf, x="q")
+    seen = SeqRecord.attach(memoryview(buf).toreadonly(), x="q") if kind == "read-only" else rec
+    return seen, lambda: rec.update(x=rec["x"] + 1)
+
+
+WAITED_ON = ["SeqLock", "SeqRecord", "read-only"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", WAITED_ON)
+def test_ctrl_c_from_another_thread_interrupts_an_untimed_main_thread_wait(kind):
+    """A wait with no timeout in the main thread sleeps in one piece (no
+    50 ms slices any more): SIGINT sent to the process by a timer thread
+    (os.kill: the kernel offers it to the main thread) ends the sleep and
+    KeyboardInterrupt is raised."""
+    assert threading.current_thread() is threading.main_thread()
+    obj, _ = waited_on(kind)
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            obj.wait(obj.sequence)
+            pytest.fail("wait() returned without a write")
+    finally:
+        timer.join()
+    assert obj.wait(obj.sequence, 0) is False  # nothing was written
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", WAITED_ON)
+def test_signal_handlers_run_during_a_main_thread_wait_that_goes_on(kind):
+    """Three SIGUSR1 from another thread (each sent once the handler of
+    the one before has run: signals coalesce) each run their handler
+    while the main thread's untimed wait sleeps; the wait goes on after
+    each and answers True for the write that follows them."""
+    assert threading.current_thread() is threading.main_thread()
+    obj, write = waited_on(kind)
+    seq = obj.sequence
+    ran = []
+    handled = threading.Event()
+
+    def handler(*_):
+        ran.append(obj.sequence)  # before the write: the wait is still on
+        handled.set()
+
+    def signal_then_write():
+        for _ in range(3):
+            time.sleep(0.05)
+            handled.clear()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            handled.wait(LONG)
+        write()
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        sender = threading.Thread(target=signal_then_write)
+        sender.start()
+        assert obj.wait(seq) is True
+        sender.join(LONG)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert ran == [seq] * 3
+
+
+@pytest.mark.timeout(30)
+def test_a_signal_caught_by_another_thread_still_runs_its_handler_during_a_main_thread_wait():
+    """signal.raise_signal() in a timer thread delivers SIGUSR1 to that
+    thread: the main thread's futex wait is not interrupted, but CPython
+    has recorded the signal, and the wait's backstop slice runs the
+    handler (whose write ends the wait) instead of sleeping until a write
+    that would never come."""
+    assert threading.current_thread() is threading.main_thread()
+    rec = SeqRecord(x="q")
+    seq = rec.sequence
+    old = signal.signal(signal.SIGUSR1, lambda *_: rec.update(x=7))
+    timer = threading.Timer(0.1, signal.raise_signal, (signal.SIGUSR1,))
+    try:
+        timer.start()
+        assert rec.wait(seq) is True
+    finally:
+        timer.join()
+        signal.signal(signal.SIGUSR1, old)
+    assert rec.read() == (7,)
 
 
 @pytest.mark.timeout(30)

@@ -1,11 +1,14 @@
-"""Waiting for news from many threads: every waiter is answered, and every
-thread a wait starts ends with it.
+"""Waiting for news from many threads and tasks: every waiter is answered,
+and every thread a wait starts ends with it.
 
-wait_async() waits in a helper thread ("seqlock_py wait_async"); it ends
-when its await is cancelled (however the cancel lands), when its event
-loop is closed under it (at the next write), on Ctrl-C in asyncio.run(),
-and at interpreter exit while a writer still writes.  Hundreds of
-wait_async or a thousand waiting threads are all answered by one write; a
+Every wait_async() on one lock or record shares one watcher thread
+("seqlock_py wait_async") per process: 2,000 pending waits run on it
+alone, from one event loop or several, and one write answers them all.
+A timeout, a cancel, asyncio.timeout or wait_for withdraws a wait's
+registration; the watcher ends once none is pending, when its event loop
+is closed under it (at the next write), on Ctrl-C in asyncio.run(), at
+interpreter exit while a writer still writes, and a fork's child starts
+its own.  A thousand waiting threads are all answered by one write; a
 waiter keeps its record and the record's shared memory alive; one
 changes() iterator used from two threads raises ValueError for the
 second, never crashes.
@@ -13,19 +16,20 @@ second, never crashes.
 From the hostile review of waiting (issue 11): each docstring says what
 failed when it was written, or "Held:".  Every wait has a deadline; the
 only timing bounds are "woken well before the waiter's 1 s nap" (WOKEN)
-and "did not hang".
+and "did not hang".  Thread counts are counts, never times.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 import time
 
 import pytest
 
-from process_helpers import PythonProcess, run_python
-from seqlock_py import SeqLock, SeqRecord
+from process_helpers import PythonProcess, in_forked_child, run_python
+from seqlock_py import SeqLock, SeqRecord, _news
 from workers import LONG, WOKEN, start_in_thread
 
 
@@ -67,39 +71,214 @@ def test_cancelling_a_waiter_ends_its_thread_promptly_however_the_cancel_lands()
     assert slow == 0, f"{slow} of {rounds} cancels took a nap"
 
 
+def os_threads():
+    """The process's threads, as the kernel counts them."""
+    return len(os.listdir("/proc/self/task"))
+
+
+async def until(condition):
+    """Let the loop run until condition() holds (or LONG passes)."""
+    deadline = time.monotonic() + LONG
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    assert condition()
+
+
+MANY = 2000
+
+
 @pytest.mark.timeout(60)
-def test_cancelling_hundreds_of_wait_async_ends_every_thread():
-    """Held: 300 pending wait_async cancelled at once all end their
-    threads (each cancel wakes every sleeper on the lock)."""
-    lock = SeqLock()
+def test_two_thousand_wait_async_on_one_record_share_one_watcher_thread_and_all_wake():
+    """Was: one thread per pending wait (2,000 waits: 2,001 threads).  Now
+    2,000 pending waits run on one watcher thread besides the process's
+    own, and one write answers every one of them True."""
+    rec = SeqRecord(x="q")
+    before = os_threads()
 
     async def main():
-        tasks = [asyncio.ensure_future(lock.wait_async(lock.sequence, LONG)) for _ in range(300)]
-        await asyncio.sleep(0.3)
-        assert len(waiter_threads()) == 300
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert all(isinstance(r, asyncio.CancelledError) for r in results)
+        seq = rec.sequence
+        tasks = [asyncio.ensure_future(rec.wait_async(seq, LONG)) for _ in range(MANY)]
+        everything = asyncio.gather(*tasks)
+        await until(lambda: _news._pending_waits(rec) == MANY)
+        counted = os_threads(), len(waiter_threads())
+        writer = threading.Thread(target=rec.update, kwargs={"x": 1})
+        writer.start()
+        results = await asyncio.wait_for(everything, LONG)
+        writer.join()
+        return counted, results
 
-    asyncio.run(main())
+    (threads, watchers), results = asyncio.run(main())
+    assert watchers == 1
+    assert threads - before <= 1, f"{threads - before} threads for {MANY} waits"
+    assert results.count(True) == MANY
+    assert _news._pending_waits(rec) == 0
     assert no_waiter_thread_left()
 
 
 @pytest.mark.timeout(60)
-def test_hundreds_of_wait_async_are_all_answered_by_one_write():
-    """Held: 300 concurrent wait_async on one record all answer True after
-    one write and leave no thread behind."""
+def test_cancelling_two_thousand_wait_async_withdraws_every_registration_and_ends_the_watcher():
+    """Held: 2,000 pending wait_async cancelled at once all raise
+    CancelledError, none stays registered, and the watcher ends."""
+    lock = SeqLock()
+
+    async def main():
+        tasks = [asyncio.ensure_future(lock.wait_async(lock.sequence, LONG)) for _ in range(MANY)]
+        await until(lambda: _news._pending_waits(lock) == MANY)
+        assert len(waiter_threads()) == 1
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert sum(isinstance(r, asyncio.CancelledError) for r in results) == MANY
+        return _news._pending_waits(lock)
+
+    assert asyncio.run(main()) == 0
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(60)
+def test_wait_async_timeouts_withdraw_their_registrations():
+    """Held: 500 wait_async(seq, 0.05) with no write all answer False (the
+    loop's timer), and none stays registered."""
     rec = SeqRecord(x="q")
 
     async def main():
-        seq = rec.sequence
-        tasks = [asyncio.ensure_future(rec.wait_async(seq, LONG)) for _ in range(300)]
-        await asyncio.sleep(0.3)
-        rec.update(x=1)
-        return await asyncio.wait_for(asyncio.gather(*tasks), LONG)
+        results = await asyncio.gather(*(rec.wait_async(rec.sequence, 0.05) for _ in range(500)))
+        return results, _news._pending_waits(rec)
 
-    assert asyncio.run(main()) == [True] * 300
+    results, left = asyncio.run(main())
+    assert results.count(False) == 500 and left == 0
+    assert no_waiter_thread_left()
+
+
+async def _wait_for(awaitable):
+    return await asyncio.wait_for(awaitable, 0.05)
+
+
+async def _asyncio_timeout(awaitable):
+    async with asyncio.timeout(0.05):
+        return await awaitable
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("timeout", [_wait_for, _asyncio_timeout], ids=["wait_for", "asyncio.timeout"])
+def test_asyncio_timeouts_around_wait_async_withdraw_their_registrations(timeout):
+    """Held: 300 untimed wait_async, each inside asyncio.wait_for or
+    asyncio.timeout of 50 ms: every one raises TimeoutError, none stays
+    registered, the watcher ends."""
+    lock = SeqLock()
+
+    async def main():
+        awaits = (timeout(lock.wait_async(lock.sequence)) for _ in range(300))
+        results = await asyncio.gather(*awaits, return_exceptions=True)
+        return results, _news._pending_waits(lock)
+
+    results, left = asyncio.run(main())
+    assert sum(isinstance(r, asyncio.TimeoutError) for r in results) == 300 and left == 0
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(60)
+def test_wait_async_from_event_loops_in_four_threads_share_one_watcher_and_all_wake():
+    """Held: four threads, each running its own event loop with 250
+    pending wait_async on one record, share one watcher; one write answers
+    all 1,000 (each loop woken once)."""
+    rec = SeqRecord(x="q")
+    seq = rec.sequence
+    answers = []
+
+    async def waits():
+        return await asyncio.gather(*(rec.wait_async(seq, LONG) for _ in range(250)))
+
+    def run_loop():
+        answers.extend(asyncio.run(waits()))
+
+    loops = [threading.Thread(target=run_loop) for _ in range(4)]
+    for t in loops:
+        t.start()
+    deadline = time.monotonic() + LONG
+    while _news._pending_waits(rec) < 1000 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    watchers = len(waiter_threads())
+    rec.update(x=1)
+    for t in loops:
+        t.join(LONG)
+    assert watchers == 1
+    assert answers.count(True) == 1000
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(60)
+def test_many_wait_async_on_a_read_only_record_share_one_polling_watcher():
+    """Held: 500 wait_async on a record attached read-only (its waits
+    write nothing and poll) run on one watcher, and a write through the
+    writable record answers them all."""
+    buf = bytearray(SeqRecord.buffer_size(x="q"))
+    rec = SeqRecord.create(buf, x="q")
+    seen = SeqRecord.attach(memoryview(buf).toreadonly(), x="q")
+
+    async def main():
+        everything = asyncio.gather(*(seen.wait_async(seen.sequence, LONG) for _ in range(500)))
+        await until(lambda: _news._pending_waits(seen) == 500)
+        watchers = len(waiter_threads())
+        rec.update(x=1)
+        return watchers, await everything
+
+    watchers, results = asyncio.run(main())
+    assert watchers == 1 and results.count(True) == 500
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_starts_a_watcher_of_its_own():
+    """Held: fork() while a watcher sleeps for a wait of another thread's
+    loop: the child, which has no watcher thread, starts one of its own
+    (and a fresh lock for the watches); the child's write answers its own
+    wait_async and the inherited one, and none stays registered."""
+    rec = SeqRecord(x="q")
+    seq = rec.sequence
+    loop = asyncio.new_event_loop()
+    pending = loop.create_task(rec.wait_async(seq, LONG))
+    loop_thread = threading.Thread(target=loop.run_until_complete, args=(pending,))
+    loop_thread.start()
+    deadline = time.monotonic() + LONG
+    while _news._pending_waits(rec) < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+    def check():
+        async def main():
+            asyncio.get_running_loop().call_later(0.05, lambda: rec.update(x=5))
+            return await rec.wait_async(seq, LONG)
+
+        woken = asyncio.run(main())
+        return woken and rec.read() == (5,) and _news._pending_waits(rec) == 0
+
+    try:
+        code, report = in_forked_child(check)
+    finally:
+        rec.update(x=1)
+        loop_thread.join(LONG)
+        loop.close()
+    assert code == 0, report
+    assert pending.result() is True
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(30)
+def test_the_close_hook_fails_every_pending_wait_async_with_value_error():
+    """Held: _news._owner_closed(rec) (what a record's close() calls
+    through news_owner_closed()) answers every pending wait_async with
+    ValueError and ends the watcher."""
+    rec = SeqRecord(x="q")
+
+    async def main():
+        tasks = [asyncio.ensure_future(rec.wait_async(rec.sequence, LONG)) for _ in range(100)]
+        await until(lambda: _news._pending_waits(rec) == 100)
+        _news._owner_closed(rec)
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert sum(isinstance(r, ValueError) and "closed" in str(r) for r in results) == 100
+    assert _news._pending_waits(rec) == 0
     assert no_waiter_thread_left()
 
 
@@ -201,6 +380,35 @@ def test_interpreter_exit_with_sleeping_waiters_and_a_flat_out_writer_is_clean(r
     code, out = run_python(SHUTDOWN_SCRIPT, timeout=60)
     assert code == 0 and "exiting" in out, out
     assert "Fatal Python error" not in out, out
+
+
+IDLE_EXIT_SCRIPT = """
+import asyncio, threading
+from seqlock_py import SeqLock, SeqRecord, _news
+rec, lock = SeqRecord(x="q"), SeqLock()
+async def main():
+    for _ in range(100):
+        asyncio.ensure_future(rec.wait_async(rec.sequence))
+        asyncio.ensure_future(lock.wait_async(lock.sequence))
+    while _news._pending_waits() < 200:
+        await asyncio.sleep(0.01)
+    print("watchers", sum(t.name == "seqlock_py wait_async" for t in threading.enumerate()), flush=True)
+    asyncio.get_running_loop().stop()
+try:
+    asyncio.run(main())
+except RuntimeError:
+    pass
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_watchers_asleep_with_nothing_to_wake_them_do_not_hold_the_exit_up():
+    """Held: 200 untimed waits left pending by a stopped loop, with no
+    writer: the interpreter exits (its exit hook stops both watchers
+    before joining threads) instead of hanging."""
+    code, out = run_python(IDLE_EXIT_SCRIPT, timeout=30)
+    assert code == 0 and "watchers 2" in out and "exiting" in out, out
 
 
 # ---- changes() from two threads ----------------------------------------------

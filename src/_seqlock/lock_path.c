@@ -35,6 +35,16 @@
 #endif
 
 #define WAIT_SLICE_NS (50 * 1000 * 1000LL)
+/* A main thread's wait for news sleeps in one piece: a signal interrupts
+ * the futex wait (EINTR: CPython installs its handlers without
+ * SA_RESTART, and a futex wait with a timeout is never restarted
+ * anyway), then its handlers run (PyErr_CheckSignals) and the wait goes
+ * on.  This slice is only the backstop for a signal that lands between
+ * that check and the next sleep, or in another thread (the kernel offers
+ * a process's signal to its main thread first): its handler then runs at
+ * the latest a slice later.  Long, so that an idle waiter costs about
+ * nothing (CPython's own lock waits have no backstop at all). */
+#define SIGNAL_BACKSTOP_NS (1000 * 1000 * 1000LL)
 
 /* ---- binding ---- */
 
@@ -546,7 +556,7 @@ signal_handlers_run_here(void)
 
 int
 wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
-                const _Atomic uint32_t *cancel, uint64_t *now)
+                const _Atomic uint32_t *cancel, int long_naps, uint64_t *now)
 {
     /* A record's waiter is a reader: it never takes the lock, not even to
      * roll back a dead writer's section (the next writer does that; its
@@ -554,16 +564,16 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
      * use and trusts nothing in the record.  It waits through such a
      * section; one that may not write the record at all does not even
      * announce itself (it polls). */
-    unsigned flags = 0;
+    unsigned flags = long_naps ? SEQLOCK_WAIT_LONG_NAPS : 0;
     if (b->record != NULL) {
-        flags = SEQLOCK_WAIT_THROUGH_DEATH
-                | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
+        flags |= SEQLOCK_WAIT_THROUGH_DEATH
+                 | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
     }
     if (b->record != NULL && b->record->guarded != NULL) {
         (void)bus_guard_reassert(); /* a wait may be long: make sure */
     }
     change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};
-    int64_t slice = signal_handlers_run_here() ? WAIT_SLICE_NS : -1;
+    int64_t slice = signal_handlers_run_here() ? SIGNAL_BACKSTOP_NS : -1;
     int err = wait_in_slices(core_wait_for_change, b, timeout_ns, slice, &w);
     switch (err) {
     case 0:

@@ -118,12 +118,16 @@ begin_read(bound_lock *b, uint64_t *seq)
  * file behind a record was truncated, or with what a signal handler
  * raised.  A record's waiter is a reader: it never takes the lock; a dead
  * writer's section is waited through (the next writer's commit is the
- * news).  A read-only record's waiter writes nothing (it polls).  Waits
- * in the main thread
- * are cut in slices, to run signal handlers (Ctrl-C); elsewhere a waiter
- * sleeps until the news (or the core's 1 s nap). */
+ * news).  A read-only record's waiter writes nothing (it polls).  A
+ * signal ends the main thread's sleep (EINTR) and its handlers run
+ * (Ctrl-C), with a 1 s backstop slice for a signal that lands just
+ * before the sleep; elsewhere a waiter sleeps until the news (or the
+ * core's 1 s nap).  long_naps: a cancellable wait naps as long as an
+ * uncancellable one (SEQLOCK_WAIT_LONG_NAPS: idle-cheap, a cancel that
+ * races its falling asleep seen within 1 s). */
 int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
-                    const _Atomic uint32_t *cancel, uint64_t *now);
+                    const _Atomic uint32_t *cancel, int long_naps,
+                    uint64_t *now);
 
 /* For a context manager's __enter__: 0 if lock_write() took the lock; -1
  * if it failed or (TimeoutError) timed out. */

@@ -1,15 +1,16 @@
 /*
  * news.c - readers that wait for news: wait(seq, timeout=None) for both
- * types, the cancellable _Waiter that the asyncio forms sleep in, and the
- * hand-over of changes(), wait_async() and changes_async() to
- * seqlock_py._news, where they are plain Python generators and coroutines.
+ * types, the cancellable _Waiter that the asyncio forms' watcher thread
+ * sleeps in, and the hand-over of changes(), wait_async() and
+ * changes_async() to seqlock_py._news, where they are plain Python
+ * generators and coroutines.
  *
  * A waiter sleeps on the lock's count (seqlock_wait_for_change()): no
  * polling, almost no CPU, across processes for a record in shared memory; a
  * section's end pays for a wake-up only when someone sleeps.  Asyncio
- * cannot sleep on a futex, so each awaited wait runs in a thread of its
- * own (a shared executor's few threads could all be taken by waits that
- * never end); cancelling the await cancels that thread's wait.
+ * cannot sleep on a futex, so one watcher thread per SeqLock or SeqRecord
+ * sleeps for all of its awaited waits (_Waiter.next()) and hands each
+ * event loop its answers (seqlock_py._news).
  */
 #include "news.h"
 #include "args.h"
@@ -48,18 +49,29 @@ wait_args(const char *name, PyObject *args, PyObject *kwargs, PyObject **seq_obj
 /* The keyword-only timeout=None of changes() and changes_async(). */
 static int
 changes_args(const char *name, PyObject *args, PyObject *kwargs,
-             PyObject **timeout)
+             int64_t *timeout_ns)
 {
     static char *keywords[] = {"timeout", NULL};
     char format[32];
     PyOS_snprintf(format, sizeof format, "|$O:%s", name);
-    *timeout = Py_None;
-    int64_t unused;
+    PyObject *timeout = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords,
-                                     timeout)) {
+                                     &timeout)) {
         return -1;
     }
-    return timeout_to_ns(*timeout, &unused);
+    return timeout_to_ns(timeout, timeout_ns);
+}
+
+/* A checked timeout as _news takes it: seconds as a float, None for ever
+ * (so that _news never converts the caller's object a second time, and
+ * -1, "for ever" to wait(), is not a timer of -1 s to an event loop). */
+static PyObject *
+timeout_seconds(int64_t timeout_ns)
+{
+    if (timeout_ns < 0) {
+        return Py_NewRef(Py_None);
+    }
+    return PyFloat_FromDouble((double)timeout_ns / 1e9);
 }
 
 /* ---- read_versioned() ---- */
@@ -89,7 +101,7 @@ news_wait(bound_lock *b, PyObject *args, PyObject *kwargs)
                   &timeout_ns) < 0) {
         return NULL;
     }
-    int changed = wait_for_change(b, seq, timeout_ns, NULL, &now);
+    int changed = wait_for_change(b, seq, timeout_ns, NULL, 0, &now);
     return changed < 0 ? NULL : PyBool_FromLong(changed);
 }
 
@@ -131,8 +143,37 @@ Waiter_wait(WaiterObject *self, PyObject *Py_UNUSED(ignored))
 {
     uint64_t now;
     int changed = wait_for_change(self->lock, self->seq, self->timeout_ns,
-                                  &self->cancelled, &now);
+                                  &self->cancelled, 0, &now);
     return changed < 0 ? NULL : PyBool_FromLong(changed);
+}
+
+PyDoc_STRVAR(Waiter_next_doc,
+"next($self, /, seq, timeout=None)\n--\n\n"
+"The (even) sequence number once a write section has ended since the\n"
+"state seq names (at once if one has); None if timeout passes first or\n"
+"the waiter is cancelled.  Sleeps with long naps: idle, it looks once a\n"
+"second; a cancel that races its falling asleep is seen within that.\n"
+"For the watcher thread of seqlock_py._news.");
+
+static PyObject *
+Waiter_next(WaiterObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *seq_obj, *timeout;
+    uint64_t seq, now;
+    int64_t timeout_ns;
+    if (wait_args("next", args, kwargs, &seq_obj, &seq, &timeout,
+                  &timeout_ns) < 0) {
+        return NULL;
+    }
+    int changed = wait_for_change(self->lock, seq, timeout_ns,
+                                  &self->cancelled, 1, &now);
+    if (changed < 0) {
+        return NULL;
+    }
+    if (!changed) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromUnsignedLongLong(now);
 }
 
 PyDoc_STRVAR(Waiter_cancel_doc,
@@ -174,6 +215,8 @@ Waiter_dealloc(WaiterObject *self)
 
 static PyMethodDef Waiter_methods[] = {
     {"wait", (PyCFunction)Waiter_wait, METH_NOARGS, Waiter_wait_doc},
+    {"next", (PyCFunction)(void (*)(void))Waiter_next,
+     METH_VARARGS | METH_KEYWORDS, Waiter_next_doc},
     {"cancel", (PyCFunction)Waiter_cancel, METH_NOARGS, Waiter_cancel_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -247,18 +290,54 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
                   &timeout_ns) < 0) {
         return NULL;
     }
-    PyObject *call[] = {owner, seq_obj, timeout};
-    return call_news(owner, "wait_async", call, 3);
+    PyObject *seconds = timeout_seconds(timeout_ns);
+    if (seconds == NULL) {
+        return NULL;
+    }
+    PyObject *call[] = {owner, seq_obj, seconds};
+    PyObject *coroutine = call_news(owner, "wait_async", call, 3);
+    Py_DECREF(seconds);
+    return coroutine;
+}
+
+int
+news_owner_closed(PyObject *owner, bound_lock *b)
+{
+    /* Sleepers in wait() look again (every process's: a spurious wake-up
+     * costs them a look at the count); the watcher's pending futures are
+     * answered with the error. */
+    seqlock_wake_waiters(b->sl);
+    module_state *state = PyType_GetModuleState(Py_TYPE(owner));
+    if (state == NULL) {
+        return -1;
+    }
+    if (atomic_load_explicit(&state->news_module, memory_order_acquire)
+        == NULL) {
+        return 0; /* never imported: no awaited wait in this interpreter */
+    }
+    PyObject *call[] = {owner};
+    PyObject *done = call_news(owner, "_owner_closed", call, 1);
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    return 0;
 }
 
 PyObject *
 news_changes(const char *name, PyObject *owner, PyObject *args,
              PyObject *kwargs)
 {
-    PyObject *timeout;
-    if (changes_args(name, args, kwargs, &timeout) < 0) {
+    int64_t timeout_ns;
+    if (changes_args(name, args, kwargs, &timeout_ns) < 0) {
         return NULL;
     }
-    PyObject *call[] = {owner, timeout};
-    return call_news(owner, name, call, 2);
+    PyObject *seconds = timeout_seconds(timeout_ns);
+    if (seconds == NULL) {
+        return NULL;
+    }
+    PyObject *call[] = {owner, seconds};
+    PyObject *items = call_news(owner, name, call, 2);
+    Py_DECREF(seconds);
+    return items;
 }

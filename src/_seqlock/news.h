@@ -21,30 +21,40 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
         "seconds pass first (None: wait until then).\n\n"                    \
         "The thread sleeps on the sequence word (a futex, so a writer in\n"  \
         "another process wakes it), releasing the GIL and using almost no\n" \
-        "CPU (a look once a second; every 50 ms in the main thread); a\n"   \
-        "write wakes sleepers only when there are any.  Ctrl-C interrupts\n" \
-        "the wait.  Raises RuntimeError if this thread holds the write "      \
-        "lock,\n"                                                            \
-        "or if a SeqLock's writer died inside its section (as read() does);\n" \
-        "a SeqRecord's dead writer's section is rolled back, which counts\n"  \
-        "as a write.")
+        "CPU (a look once a second); a write wakes sleepers only when\n"    \
+        "there are any.  A signal interrupts the sleep and its handler\n"   \
+        "runs: Ctrl-C ends the wait.  Raises RuntimeError if this thread\n"  \
+        "holds the write lock, or if a SeqLock's writer died inside its\n"  \
+        "section (as read() does); a SeqRecord's dead writer's section is\n" \
+        "rolled back, which counts as a write.")
 
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 #define NEWS_WAITER_DOC                                                      \
     PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"                 \
-              "A cancellable wait(seq, timeout), for the asyncio forms.")
+              "A cancellable wait(seq, timeout); its next() is where the\n" \
+              "asyncio forms' watcher thread sleeps.")
 #define NEWS_WAIT_ASYNC_DOC                                                  \
     PyDoc_STR(                                                               \
         "wait_async($self, /, seq, timeout=None)\n--\n\n"                    \
         "A coroutine: await it for wait(seq, timeout)'s answer without\n"    \
-        "blocking the event loop.  The wait runs in a thread of its own;\n"  \
-        "cancelling the await ends that thread's wait at once.")
+        "blocking the event loop.  One watcher thread per lock or record\n"  \
+        "sleeps for every pending wait_async of this process and wakes\n"   \
+        "each event loop once per write; the timeout is the loop's timer,\n" \
+        "and cancelling the await (task.cancel(), asyncio.timeout,\n"       \
+        "wait_for) withdraws the wait at once.")
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 PyObject *news_waiter(PyObject *owner, bound_lock *b, PyObject *args,
                       PyObject *kwargs);
 /* wait_async(seq, timeout=None): seqlock_py._news.wait_async's coroutine,
  * its arguments checked now rather than at the first await. */
 PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);
+/* The close() hook: every wait of this process on owner looks again and
+ * every pending wait_async of this interpreter on owner raises
+ * ValueError("the record is closed") (seqlock_py._news._owner_closed).
+ * A sleeper in wait() wakes, finds the count unchanged and sleeps again
+ * unless it passed a cancel flag that close() has set first.  Call with
+ * the GIL, after marking owner closed.  0, or -1 with an exception. */
+int news_owner_closed(PyObject *owner, bound_lock *b);
 /* changes(*, timeout=None) or changes_async(*, timeout=None) (name): the
  * generator of seqlock_py._news of that name, its timeout checked now. */
 PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,

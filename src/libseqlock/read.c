@@ -46,10 +46,13 @@ wait_for_count(const seqlock_t *sl, uint64_t seq, int64_t timeout_ns,
                                ? SPIN_ROUNDS + YIELD_ROUNDS : 0;
     /* A cancel's wake-up finds nobody if it lands between our look at
      * *cancel and our futex wait (the count, our futex word, does not
-     * change): a cancellable wait naps short. */
+     * change): a cancellable wait naps short, unless its caller chose
+     * long naps (SEQLOCK_WAIT_LONG_NAPS: cheap idling, a racing cancel
+     * seen within the waiter's nap). */
     int64_t cap = (flags & WAIT_AS_READER) ? READER_NAP_NS
-                  : cancel != NULL        ? CANCELLABLE_NAP_NS
-                                          : WAITER_NAP_NS;
+                  : cancel != NULL && !(flags & SEQLOCK_WAIT_LONG_NAPS)
+                      ? CANCELLABLE_NAP_NS
+                      : WAITER_NAP_NS;
     int64_t deadline = -2; /* computed when first needed */
     int64_t poll_nap = 0;
     int result;

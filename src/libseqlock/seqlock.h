@@ -419,6 +419,10 @@ int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
  * SEQLOCK_WAIT_THROUGH_DEATH: a section whose writer died is not reported
  *   (no EOWNERDEAD): the wait goes on until someone repairs and closes it,
  *   or the timeout.
+ * SEQLOCK_WAIT_LONG_NAPS: with a cancel flag, nap SEQLOCK_WAITER_NAP_MS
+ *   rather than SEQLOCK_CANCELLABLE_NAP_MS: an idle waiter looks once a
+ *   second, and a cancel that races its falling asleep is seen within
+ *   that (one that finds it asleep ends it at once, as always).
  */
 int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
                                   int64_t timeout_ns,
@@ -426,6 +430,7 @@ int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
                                   unsigned flags, uint64_t *now);
 #define SEQLOCK_WAIT_READ_ONLY 1u
 #define SEQLOCK_WAIT_THROUGH_DEATH 2u
+#define SEQLOCK_WAIT_LONG_NAPS 4u
 #define SEQLOCK_POLL_NAP_MS 5
 #define SEQLOCK_POLL_FIRST_NAP_US 50
 #define SEQLOCK_WAITER_NAP_MS 1000

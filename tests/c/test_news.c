@@ -18,6 +18,7 @@ struct news_waiter {
     seqlock_t *sl;
     uint64_t seq;
     const _Atomic uint32_t *cancel;
+    unsigned flags;
     pthread_t thread;
     int err;
     uint64_t now;
@@ -28,8 +29,8 @@ static void *
 news_waiter_main(void *arg)
 {
     struct news_waiter *w = arg;
-    w->err = seqlock_wait_for_change(w->sl, w->seq, GIVE_UP_NS, w->cancel,
-                                     &w->now);
+    w->err = seqlock_wait_for_change_flags(w->sl, w->seq, GIVE_UP_NS,
+                                           w->cancel, w->flags, &w->now);
     atomic_store(&w->done_at_ns, now_ns());
     return NULL;
 }
@@ -176,6 +177,32 @@ test_wake_waiters_ends_a_cancelled_wait_at_once(void)
     CHECK(w.err == ECANCELED);
     CHECK(atomic_load(&w.done_at_ns) - cancelled_at < WOKEN_NS);
     CHECK(seqlock_sequence(&sl) == 2);
+}
+
+static void
+test_wake_waiters_ends_a_cancelled_wait_with_long_naps_at_once(void)
+{
+    seqlock_t sl = SEQLOCK_UNLOCKED;
+    _Atomic uint32_t cancel = 0;
+    struct news_waiter w;
+    (void)write_once(&sl);
+    memset(&w, 0, sizeof w);
+    w.sl = &sl;
+    w.seq = seqlock_sequence(&sl);
+    w.cancel = &cancel;
+    w.flags = SEQLOCK_WAIT_LONG_NAPS;
+    int started = pthread_create(&w.thread, NULL, news_waiter_main, &w) == 0;
+    int slept = started && await_asleep(news_waiter_is_asleep, &sl);
+    sleep_ms(20); /* past the look at *cancel: asleep on the futex */
+    int64_t cancelled_at = now_ns();
+    atomic_store(&cancel, 1);
+    seqlock_wake_waiters(&sl);
+    if (started) {
+        pthread_join(w.thread, NULL);
+    }
+    CHECK(slept);
+    CHECK(w.err == ECANCELED);
+    CHECK(atomic_load(&w.done_at_ns) - cancelled_at < WOKEN_NS);
 }
 
 static void
@@ -336,6 +363,8 @@ static const struct test tests[] = {
     TEST(test_opening_a_section_does_not_wake_a_waiter_for_change, PLAIN),
     TEST(test_wait_for_change_is_edeadlk_for_the_lock_holder, PLAIN),
     TEST(test_wake_waiters_ends_a_cancelled_wait_at_once, PLAIN),
+    TEST(test_wake_waiters_ends_a_cancelled_wait_with_long_naps_at_once,
+         PLAIN),
     TEST(test_wake_waiters_leaves_uncancelled_waiters_waiting, PLAIN),
     TEST(test_section_end_in_another_process_wakes_a_waiter_for_change,
          FORKS_OR_SIGNALS),
