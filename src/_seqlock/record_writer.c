@@ -89,6 +89,7 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
                         "update() takes the values as keywords only");
         return -1;
     }
+    RETURN_IF_CLOSED(self, -1);
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     const record_layout *layout = self->layout;
     unsigned char *buf = scratch(stack, layout->data_bytes);
@@ -110,11 +111,19 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
         store_values(layout, record_copy(&self->rec.view, 0), buf, chosen);
     }
     else {
-        if (begin_write(self, -1) < 0) {
+        /* Pinned after the conversions: they run user code, which may
+         * close the record. */
+        if (record_pin(&self->rec) < 0) {
             goto done;
         }
-        store_values(layout, record_copy(&self->rec.view, 0), buf, chosen);
-        if (unlock_write(&self->lock) < 0) {
+        int failed = begin_write(self, -1) < 0;
+        if (!failed) {
+            store_values(layout, record_copy(&self->rec.view, 0), buf,
+                         chosen);
+            failed = unlock_write(&self->lock) < 0;
+        }
+        record_unpin(&self->rec);
+        if (failed) {
             goto done;
         }
     }
@@ -165,9 +174,22 @@ close_section(RecordWriterObject *w, int rollback)
     if (check_in_section(w) < 0) {
         return -1;
     }
+    /* The open section keeps close() off the memory until it ends; from
+     * there on, for a free-threaded build's close(), a pin does
+     * (record_pin()), taken whether closed or not: a section must end. */
+#ifdef Py_GIL_DISABLED
+    in_use_status pinned = in_use_enter(&w->record->rec, NULL);
+    if (pinned != IN_USE_ENTERED) {
+        return record_pin_failed(pinned); /* the section stays open */
+    }
+#endif
     atomic_store_explicit(&w->active, 0, memory_order_relaxed);
-    return rollback ? abort_write(&w->record->lock)
-                    : unlock_write(&w->record->lock);
+    int result = rollback ? abort_write(&w->record->lock)
+                          : unlock_write(&w->record->lock);
+#ifdef Py_GIL_DISABLED
+    in_use_leave();
+#endif
+    return result;
 }
 
 static int
@@ -219,8 +241,13 @@ RecordWriter_dealloc(RecordWriterObject *self)
 static PyObject *
 RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (entered_or_timed_out(begin_write(self->record,
-                                         self->timeout_ns)) < 0) {
+    const bound_record *r = &self->record->rec;
+    if (record_pin(r) < 0) {
+        return NULL;
+    }
+    lock_status taken = begin_write(self->record, self->timeout_ns);
+    record_unpin(r);
+    if (entered_or_timed_out(taken) < 0) {
         return NULL;
     }
     self->section = atomic_load_explicit(&self->record->sections,

@@ -23,6 +23,7 @@
 #include "news.h"
 
 #include <errno.h>
+#include <time.h>
 
 /* ---- construction ---- */
 
@@ -653,6 +654,140 @@ SeqRecord_clear(SeqRecordObject *self)
     return 0;
 }
 
+/* ---- close() ---- */
+
+/* What stops close() from letting the memory go. */
+typedef enum {
+    UNUSED = 0,
+    SECTION_OPEN,  /* a write section opened through this record */
+    USED_HERE,     /* a call of this record on this thread, under us */
+} record_use;
+
+/* Wait, detached, until no thread is inside a call that touches the
+ * record (record_pin()), waking its waiters meanwhile: they look at
+ * closed and leave.  The lock's held_refs, read before and after each
+ * look at the slots, tells of a write section opened through this record
+ * (in this thread or another): that one can stay open for as long as its
+ * with block lasts, so close() gives up rather than wait.  A thread that
+ * opens or closes a section does it pinned, and changes held_refs inside:
+ * read before the slots, a 0 it stored means its pin is seen (or it has
+ * left); read after slots found empty, a section opened meanwhile is
+ * seen. */
+static record_use
+wait_until_unused(SeqRecordObject *self)
+{
+    bound_record *r = &self->rec;
+    int64_t nap_ns = 20 * 1000;
+    for (;;) {
+        if (atomic_load_explicit(&self->lock.held_refs,
+                                 memory_order_acquire) != 0) {
+            return SECTION_OPEN;
+        }
+        int where = in_use_where(r);
+        if (where == IN_USE_HERE) {
+            return USED_HERE;
+        }
+        if (where == IN_USE_NOWHERE) {
+            return atomic_load_explicit(&self->lock.held_refs,
+                                        memory_order_acquire) != 0
+                       ? SECTION_OPEN
+                       : UNUSED;
+        }
+        /* Again each time: a wake-up that lands just before a waiter
+         * falls asleep finds nobody (seqlock.h: SEQLOCK_WAIT_WAKE_RETURNS).
+         * It wakes this process's waiters on the record, and other
+         * processes' for nothing (they sleep again). */
+        seqlock_wake_waiters(r->view.lock);
+        struct timespec nap = {0, (long)nap_ns};
+        Py_BEGIN_ALLOW_THREADS
+        (void)nanosleep(&nap, NULL);
+        Py_END_ALLOW_THREADS
+        nap_ns = nap_ns < 5 * 1000 * 1000 ? 2 * nap_ns : nap_ns;
+    }
+}
+
+PyDoc_STRVAR(SeqRecord_close_doc,
+"close($self, /)\n--\n\n"
+"Release the record's buffer: the export of create()'s or attach()'s\n"
+"buffer ends, so the buffer's owner can close (shm.close(), mmap.close()).\n\n"
+"Every later call that reads, writes or waits on the record raises\n"
+"ValueError, through the record or a bound method kept from before\n"
+"(read = rec.read); fields, format, nbytes, readonly and closed still\n"
+"answer.  A call running in another thread finishes first: close() waits\n"
+"for it, waking waits on the record (they raise ValueError).  Closing a\n"
+"closed record does nothing.  Raises BufferError, leaving the record\n"
+"open, while a write section opened through it is open (close after its\n"
+"with block), or when called inside one of the record's own calls on\n"
+"this thread (a signal handler run during a wait).  A SeqRecord() of its\n"
+"own memory frees it when the record is freed.");
+
+static PyObject *
+SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    bound_record *r = &self->rec;
+    for (;;) {
+        uint32_t state = RECORD_OPEN;
+        if (atomic_compare_exchange_strong(&r->closed, &state,
+                                           RECORD_CLOSING)) {
+            break;
+        }
+        if (state == RECORD_CLOSED) {
+            Py_RETURN_NONE;
+        }
+        /* Another thread closes it: wait for its outcome. */
+        struct timespec nap = {0, 100 * 1000};
+        Py_BEGIN_ALLOW_THREADS
+        (void)nanosleep(&nap, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    atomic_thread_fence(memory_order_seq_cst); /* in_use.h */
+    record_use use = wait_until_unused(self);
+    if (use != UNUSED) {
+        atomic_store_explicit(&r->closed, RECORD_OPEN, memory_order_release);
+        PyErr_SetString(
+            PyExc_BufferError,
+            use == SECTION_OPEN
+                ? "cannot close the record: a write section opened through "
+                  "it is open (close it after the with block)"
+                : "cannot close the record inside one of its own calls on "
+                  "this thread (a signal handler run during a wait?)");
+        return NULL;
+    }
+    if (self->view.obj != NULL) {
+        Py_buffer view = self->view;
+        bound_lock_fini(&self->lock); /* before its memory can go */
+        self->view.obj = NULL;
+        PyBuffer_Release(&view);
+    }
+    atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+SeqRecord_enter(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    RETURN_IF_CLOSED(self, NULL);
+    return Py_NewRef(self);
+}
+
+static PyObject *
+SeqRecord_exit(SeqRecordObject *self, PyObject *const *Py_UNUSED(args),
+               Py_ssize_t Py_UNUSED(nargs))
+{
+    PyObject *done = SeqRecord_close(self, NULL);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+SeqRecord_get_closed(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(record_is_closed(&self->rec));
+}
+
 static void
 SeqRecord_dealloc(SeqRecordObject *self)
 {
@@ -700,12 +835,23 @@ lock_state_of(SeqRecordObject *self, lock_state *st)
 {
     st->rv = &self->rec.view;
     int unused;
-    return call_guarded(&self->rec, read_lock_state, st, &unused);
+    if (record_pin_ft(&self->rec) < 0) {
+        return -1;
+    }
+    int result = call_guarded(&self->rec, read_lock_state, st, &unused);
+    record_unpin_ft(&self->rec);
+    return result;
 }
 
 static PyObject *
 SeqRecord_repr(SeqRecordObject *self)
 {
+    if (record_is_closed(&self->rec)) {
+        return PyUnicode_FromFormat("<%s fields=%R format=%R closed>",
+                                    Py_TYPE(self)->tp_name,
+                                    self->layout->names,
+                                    self->layout->format);
+    }
     lock_state st;
     if (lock_state_of(self, &st) < 0) {
         return NULL;
@@ -782,6 +928,7 @@ SeqRecord_read_versioned(SeqRecordObject *self,
 static PyObject *
 SeqRecord_wait(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_wait(&self->lock, args, kwargs);
 }
 
@@ -789,12 +936,14 @@ static PyObject *
 SeqRecord_wait_async(SeqRecordObject *self, PyObject *args,
                      PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_wait_async((PyObject *)self, args, kwargs);
 }
 
 static PyObject *
 SeqRecord_waiter(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_waiter((PyObject *)self, &self->lock, args, kwargs);
 }
 
@@ -810,6 +959,7 @@ PyDoc_STRVAR(SeqRecord_changes_doc,
 static PyObject *
 SeqRecord_changes(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_changes("changes", (PyObject *)self, args, kwargs);
 }
 
@@ -822,6 +972,7 @@ static PyObject *
 SeqRecord_changes_async(SeqRecordObject *self, PyObject *args,
                         PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_changes("changes_async", (PyObject *)self, args, kwargs);
 }
 
@@ -869,6 +1020,7 @@ read_field(SeqRecordObject *self, const field_spec *f)
 static PyObject *
 SeqRecord_subscript(SeqRecordObject *self, PyObject *key)
 {
+    RETURN_IF_CLOSED(self, NULL);
     const field_spec *f = field_or_keyerror(self, key);
     return f == NULL ? NULL : read_field(self, f);
 }
@@ -881,6 +1033,7 @@ PyDoc_STRVAR(SeqRecord_get_doc,
 static PyObject *
 SeqRecord_get(SeqRecordObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     if (nargs < 1 || nargs > 2) {
         PyErr_Format(PyExc_TypeError,
                      "get() takes 1 or 2 arguments (%zd given)", nargs);
@@ -906,6 +1059,7 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 static PyObject *
 SeqRecord_read_into(SeqRecordObject *self, PyObject *target)
 {
+    RETURN_IF_CLOSED(self, NULL);
     Py_buffer view;
     if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) {
         return NULL;
@@ -957,6 +1111,7 @@ PyDoc_STRVAR(SeqRecord_write_doc,
 static PyObject *
 SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     int64_t timeout_ns;
     if (write_timeout_arg(args, kwargs, &timeout_ns) < 0) {
         return NULL;
@@ -1063,6 +1218,14 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS, SeqRecord_write_doc},
     {"locked", (PyCFunction)SeqRecord_locked, METH_NOARGS,
      SeqRecord_locked_doc},
+    {"close", (PyCFunction)SeqRecord_close, METH_NOARGS,
+     SeqRecord_close_doc},
+    {"__enter__", (PyCFunction)SeqRecord_enter, METH_NOARGS,
+     PyDoc_STR("__enter__($self, /)\n--\n\nReturn the record (ValueError "
+               "if it is closed).")},
+    {"__exit__", (PyCFunction)(void (*)(void))SeqRecord_exit, METH_FASTCALL,
+     PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
+               "close() the record.")},
     {"__reduce__", reduce_refused, METH_NOARGS,
      PyDoc_STR("__reduce__($self, /)\n--\n\n"
                "Raise TypeError: a record cannot be pickled or copied.")},
@@ -1080,6 +1243,9 @@ static PyGetSetDef SeqRecord_getset[] = {
                "layout)."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
+    {"closed", (getter)SeqRecord_get_closed, NULL,
+     PyDoc_STR("True once close() has been called (while it waits, too)."),
+     NULL},
     {"readonly", (getter)SeqRecord_get_readonly, NULL,
      PyDoc_STR("True if the record was attached to memory this process may "
                "only read: it reads and waits, writing nothing; update() "

@@ -419,6 +419,11 @@ int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
  * SEQLOCK_WAIT_THROUGH_DEATH: a section whose writer died is not reported
  *   (no EOWNERDEAD): the wait goes on until someone repairs and closes it,
  *   or the timeout.
+ * SEQLOCK_WAIT_WAKE_RETURNS: a wake-up that finds the count unchanged
+ *   (seqlock_wake_waiters(), or another process's) returns EINTR, so that
+ *   the caller can look at flags of its own and call again.  A waker that
+ *   needs the wait to end must wake again until it has: a wake-up that
+ *   lands between the waiter's last look and its sleep finds nobody.
  */
 int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
                                   int64_t timeout_ns,
@@ -426,6 +431,7 @@ int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
                                   unsigned flags, uint64_t *now);
 #define SEQLOCK_WAIT_READ_ONLY 1u
 #define SEQLOCK_WAIT_THROUGH_DEATH 2u
+#define SEQLOCK_WAIT_WAKE_RETURNS 4u
 #define SEQLOCK_POLL_NAP_MS 5
 #define SEQLOCK_POLL_FIRST_NAP_US 50
 #define SEQLOCK_WAITER_NAP_MS 1000
