@@ -5,14 +5,18 @@
  * (lock_path.h: record_pin()).
  *
  * A hazard-pointer scheme.  A thread about to touch the memory publishes
- * the object (its key) in a slot of its own, then, across a seq_cst
- * fence, reads the object's closed word; the closer stores closed, then,
- * across a seq_cst fence, reads every thread's slots.  Either the thread
- * sees closed (and touches nothing) or the closer sees its slot (and
- * waits for it to empty).  A thread writes only its own slots, in cache
- * lines no other thread writes: readers that publish keep scaling with
- * threads, which a counter in the object (one cache line every reader
- * writes) would not (docs/implementation.md: Closing a record).
+ * the object (its key) in a slot of its own, then, across a fence, reads
+ * the object's closed word; the closer stores closed, then, across a
+ * fence, reads every thread's slots.  Either the thread sees closed (and
+ * touches nothing) or the closer sees its slot (and waits for it to
+ * empty).  A thread writes only its own slots, in cache lines no other
+ * thread writes: readers that publish keep scaling with threads, which a
+ * counter in the object (one cache line every reader writes) would not.
+ * The fences are asymmetric where Linux's membarrier() can be used (as
+ * liburcu and folly do): the reader's is a compiler barrier, the
+ * closer's a membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes
+ * every running thread of the process pass a full barrier; else both are
+ * seq_cst fences (docs/implementation.md: Closing a record).
  *
  * Slots nest (IN_USE_SLOTS deep: a signal handler run inside a wait may
  * read another record) and are the calling thread's: enter and leave on
@@ -50,13 +54,33 @@ in_use_thread *in_use_slots_(void);
 
 extern _Thread_local in_use_thread *in_use_mine_;
 
+/* Nonzero once closers fence with membarrier(): readers then need only a
+ * compiler barrier.  Set before any thread has slots, never cleared but
+ * in a fork's child whose registration failed (no thread is in a call
+ * there but the forking one). */
+extern _Atomic int in_use_asymmetric_;
+
+/* The reader's half of the fence pair (the closer's: in_use_where()). */
+static inline void
+in_use_light_fence(void)
+{
+    if (__builtin_expect(
+            atomic_load_explicit(&in_use_asymmetric_, memory_order_relaxed),
+            1)) {
+        atomic_signal_fence(memory_order_seq_cst);
+    }
+    else {
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+}
+
 /*
  * in_use_enter - publish key in the calling thread's next slot, then read
  * *closed (NULL: publish whatever it says)
  * Returns IN_USE_ENTERED (the caller calls in_use_leave() when it no
  * longer touches key's memory), or IN_USE_CLOSED, IN_USE_NO_MEMORY,
- * IN_USE_TOO_DEEP with nothing published.  The seq_cst fence between the
- * slot's store and closed's load pairs with the closer's (in_use_where()).
+ * IN_USE_TOO_DEEP with nothing published.  The fence between the slot's
+ * store and closed's load pairs with the closer's (in_use_where()).
  */
 static inline in_use_status
 in_use_enter(const void *key, const _Atomic uint32_t *closed)
@@ -70,7 +94,7 @@ in_use_enter(const void *key, const _Atomic uint32_t *closed)
         return IN_USE_TOO_DEEP;
     }
     atomic_store_explicit(&t->slot[i], key, memory_order_relaxed);
-    atomic_thread_fence(memory_order_seq_cst);
+    in_use_light_fence();
     if (closed != NULL
         && atomic_load_explicit(closed, memory_order_relaxed) != 0) {
         atomic_store_explicit(&t->slot[i], NULL, memory_order_relaxed);
@@ -91,11 +115,18 @@ in_use_leave(void)
 }
 
 /* Where key is published: none, by the calling thread (whatever others
- * do), or by other threads only.  The caller stored its closed word and
- * then fenced (seq_cst) before the first call: a thread then either saw
- * closed or is found here; found empty, its accesses happened before
- * (acquire). */
-enum { IN_USE_NOWHERE = 0, IN_USE_HERE = 1, IN_USE_ELSEWHERE = 2 };
+ * do), or by other threads only.  The caller stored its closed word
+ * before: this fences (the heavy half), then reads the slots; a thread
+ * either saw closed or is found here; found empty, its accesses happened
+ * before (acquire).  Also what a thread stored before its fence and the
+ * caller read before this call: a pin whose thread then stored a word
+ * the caller saw is found. */
+enum {
+    IN_USE_UNKNOWN = -1, /* membarrier() failed (errno): cannot tell */
+    IN_USE_NOWHERE = 0,
+    IN_USE_HERE = 1,
+    IN_USE_ELSEWHERE = 2,
+};
 int in_use_where(const void *key);
 
 #endif /* SEQLOCK_PY_IN_USE_H */

@@ -661,6 +661,7 @@ typedef enum {
     UNUSED = 0,
     SECTION_OPEN,  /* a write section opened through this record */
     USED_HERE,     /* a call of this record on this thread, under us */
+    UNKNOWN_USE,   /* OSError from membarrier() */
 } record_use;
 
 /* Wait, detached, until no thread is inside a call that touches the
@@ -684,6 +685,10 @@ wait_until_unused(SeqRecordObject *self)
             return SECTION_OPEN;
         }
         int where = in_use_where(r);
+        if (where == IN_USE_UNKNOWN) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return UNKNOWN_USE;
+        }
         if (where == IN_USE_HERE) {
             return USED_HERE;
         }
@@ -740,10 +745,12 @@ SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
         (void)nanosleep(&nap, NULL);
         Py_END_ALLOW_THREADS
     }
-    atomic_thread_fence(memory_order_seq_cst); /* in_use.h */
     record_use use = wait_until_unused(self);
     if (use != UNUSED) {
         atomic_store_explicit(&r->closed, RECORD_OPEN, memory_order_release);
+        if (use == UNKNOWN_USE) {
+            return NULL;
+        }
         PyErr_SetString(
             PyExc_BufferError,
             use == SECTION_OPEN
