@@ -28,6 +28,10 @@ typedef struct {
      * still counts what it did at __enter__, which "this thread holds the
      * lock" alone does not tell after a take-over or a fork. */
     _Atomic uint64_t sections;
+    /* Called by close() once the buffer is let go (create_shared(),
+     * attach_shared(): closes, and for the creator unlinks, the shared
+     * memory), or NULL. */
+    PyObject *closer;
     PyObject *weakreflist;
 } SeqRecordObject;
 

@@ -637,6 +637,7 @@ SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
             || gc_may_clear_exported_memoryviews())) {
         Py_VISIT(self->view.obj);
     }
+    Py_VISIT(self->closer);
     return 0;
 }
 
@@ -651,6 +652,7 @@ SeqRecord_clear(SeqRecordObject *self)
         bound_lock_fini(&self->lock); /* before its memory can go */
         PyBuffer_Release(&self->view);
     }
+    Py_CLEAR(self->closer); /* after: its shared memory may close now */
     return 0;
 }
 
@@ -766,8 +768,94 @@ SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
         self->view.obj = NULL;
         PyBuffer_Release(&view);
     }
+    PyObject *closer = self->closer; /* ours alone: we closed it */
+    self->closer = NULL;
     atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
+    if (closer != NULL) {
+        PyObject *done = PyObject_CallNoArgs(closer);
+        Py_DECREF(closer);
+        if (done == NULL) {
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
     Py_RETURN_NONE;
+}
+
+/* _close_with(closer): close() calls closer() after letting the buffer
+ * go (seqlock_py._shared). */
+static PyObject *
+SeqRecord_close_with(SeqRecordObject *self, PyObject *closer)
+{
+    RETURN_IF_CLOSED(self, NULL);
+    if (!PyCallable_Check(closer) || self->closer != NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_close_with() takes one callable, once");
+        return NULL;
+    }
+    self->closer = Py_NewRef(closer);
+    Py_RETURN_NONE;
+}
+
+/* SeqRecord.<name>(name, **fields): seqlock_py._shared.<name>(type, name,
+ * **fields). */
+static PyObject *
+call_shared(const char *method, PyTypeObject *type, PyObject *args,
+            PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 1) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes one positional argument (the shared "
+                     "memory's name) and the fields as keywords", method);
+        return NULL;
+    }
+    PyObject *shared = PyImport_ImportModule("seqlock_py._shared");
+    if (shared == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyObject_GetAttrString(shared, method);
+    Py_DECREF(shared);
+    if (fn == NULL) {
+        return NULL;
+    }
+    PyObject *call = PyTuple_Pack(2, (PyObject *)type,
+                                  PyTuple_GET_ITEM(args, 0));
+    PyObject *rec = call == NULL ? NULL : PyObject_Call(fn, call, kwargs);
+    Py_XDECREF(call);
+    Py_DECREF(fn);
+    return rec;
+}
+
+PyDoc_STRVAR(SeqRecord_create_shared_doc,
+"create_shared($type, name, /, **fields)\n--\n\n"
+"Create the named shared memory block name, of buffer_size(**fields)\n"
+"bytes, lay a new record out in it (as create()) and return the record,\n"
+"which owns the block: its close() (or with block) closes the block and\n"
+"unlinks its name.  FileExistsError if the name exists.  Other processes\n"
+"open it with SeqRecord.attach_shared(name).  If this process exits\n"
+"without close(), the standard library's resource tracker unlinks the\n"
+"name at its exit (the block lives on while others map it).");
+
+static PyObject *
+SeqRecord_create_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return call_shared("create_shared", type, args, kwargs);
+}
+
+PyDoc_STRVAR(SeqRecord_attach_shared_doc,
+"attach_shared($type, name, /, **fields)\n--\n\n"
+"Open the record that SeqRecord.create_shared(name) made, as attach()\n"
+"does (fields optional: the block's header names them).  The record owns\n"
+"its mapping: close() (or a with block) closes it, never unlinking the\n"
+"name.  The standard library's resource tracker is kept out (track=False\n"
+"on 3.13+, no registration before), so this process's exit never unlinks\n"
+"the block under the others.  FileNotFoundError if the name does not\n"
+"exist.");
+
+static PyObject *
+SeqRecord_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return call_shared("attach_shared", type, args, kwargs);
 }
 
 static PyObject *
@@ -1198,6 +1286,14 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_doc},
     {"attach", (PyCFunction)(void (*)(void))SeqRecord_attach,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_attach_doc},
+    {"create_shared", (PyCFunction)(void (*)(void))SeqRecord_create_shared,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_shared_doc},
+    {"attach_shared", (PyCFunction)(void (*)(void))SeqRecord_attach_shared,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_attach_shared_doc},
+    {"_close_with", (PyCFunction)SeqRecord_close_with, METH_O,
+     PyDoc_STR("_close_with($self, closer, /)\n--\n\n"
+               "Have close() call closer() after it lets the buffer go "
+               "(for seqlock_py._shared; not public).")},
     {"buffer_size", (PyCFunction)(void (*)(void))SeqRecord_buffer_size,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_buffer_size_doc},
     {"read", (PyCFunction)SeqRecord_read, METH_NOARGS, SeqRecord_read_doc},
