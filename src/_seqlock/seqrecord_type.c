@@ -668,24 +668,22 @@ typedef enum {
 
 /* Wait, detached, until no thread is inside a call that touches the
  * record (record_pin()), waking its waiters meanwhile: they look at
- * closed and leave.  The lock's held_refs, read before and after each
- * look at the slots, tells of a write section opened through this record
- * (in this thread or another): that one can stay open for as long as its
- * with block lasts, so close() gives up rather than wait.  A thread that
- * opens or closes a section does it pinned, and changes held_refs inside:
- * read before the slots, a 0 it stored means its pin is seen (or it has
+ * closed and leave.  The lock's held_refs tells of a write section opened
+ * through this record: one inside a call (update()) ends with the call;
+ * one left open by a with block can stay open for as long as the block
+ * lasts, so close() gives up rather than wait for it.  A thread opens
+ * and closes a section pinned, changing held_refs inside the pin; read
+ * before the slots, a 0 it stored means its pin is seen (or it has
  * left); read after slots found empty, a section opened meanwhile is
- * seen. */
+ * seen.  Both reads agree, or the slots are looked at again. */
 static record_use
 wait_until_unused(SeqRecordObject *self)
 {
     bound_record *r = &self->rec;
     int64_t nap_ns = 20 * 1000;
     for (;;) {
-        if (atomic_load_explicit(&self->lock.held_refs,
-                                 memory_order_acquire) != 0) {
-            return SECTION_OPEN;
-        }
+        uint64_t before = atomic_load_explicit(&self->lock.held_refs,
+                                               memory_order_acquire);
         int where = in_use_where(r);
         if (where == IN_USE_UNKNOWN) {
             PyErr_SetFromErrno(PyExc_OSError);
@@ -695,10 +693,12 @@ wait_until_unused(SeqRecordObject *self)
             return USED_HERE;
         }
         if (where == IN_USE_NOWHERE) {
-            return atomic_load_explicit(&self->lock.held_refs,
-                                        memory_order_acquire) != 0
-                       ? SECTION_OPEN
-                       : UNUSED;
+            uint64_t after = atomic_load_explicit(&self->lock.held_refs,
+                                                  memory_order_acquire);
+            if ((before == 0) == (after == 0)) {
+                return after != 0 ? SECTION_OPEN : UNUSED;
+            }
+            continue; /* a section opened or closed meanwhile */
         }
         /* Again each time: a wake-up that lands just before a waiter
          * falls asleep finds nobody (seqlock.h: SEQLOCK_WAIT_WAKE_RETURNS).
