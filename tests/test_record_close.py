@@ -4,6 +4,7 @@ memory go under them (docs/implementation.md: Closing a record)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from multiprocessing import shared_memory
@@ -277,3 +278,58 @@ def test_many_readers_and_a_writer_racing_close_end_cleanly_every_time():
             outcomes["reads"] += value
     assert outcomes["closed"] == 20 * 5
     print(outcomes)
+
+
+def test_close_in_a_forked_child_is_not_held_up_by_the_parents_readers():
+    """A parent's thread inside a read at the fork is not a thread of the
+    child: the child's close() does not wait for its slot (a fork handler
+    frees it), nor for a wait the child started, which it ends."""
+    from process_helpers import in_forked_child
+
+    block = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="d"))
+    rec = SeqRecord.create(block.buf, x="d")
+    stop = threading.Event()
+
+    def parent_reader():
+        read = rec.read
+        while not stop.is_set():
+            read()
+
+    reader = threading.Thread(target=parent_reader, daemon=True)
+    reader.start()
+
+    def check():
+        thread, box = start_in_thread(rec.wait, rec.sequence)
+        time.sleep(0.1)
+        rec.close()
+        thread.join(LONG)
+        return box and isinstance(box[0][1], ValueError)
+
+    try:
+        code, report = in_forked_child(check)
+    finally:
+        stop.set()
+        join_in_time(reader)
+        rec.close()
+        block.close()
+        block.unlink()
+    assert code == 0, report
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_close_from_a_signal_handler_inside_the_records_own_wait_raises_buffer_error(shm):
+    rec = SeqRecord.create(shm.buf, **FIELDS)
+
+    def handler(signum, frame):
+        rec.close()
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(BufferError, match="its own calls"):
+            rec.wait(rec.sequence, timeout=LONG)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not rec.closed
+    rec.close()
