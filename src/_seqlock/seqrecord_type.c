@@ -955,7 +955,7 @@ SeqRecord_repr(SeqRecordObject *self)
         "<%s fields=%R format=%R sequence=%llu%s%s>", Py_TYPE(self)->tp_name,
         self->layout->names, self->layout->format,
         (unsigned long long)st.sequence,
-        self->view.obj != NULL ? " in a buffer" : "",
+        self->memory == NULL ? " in a buffer" : "",
         self->rec.readonly ? " (read-only)" : "");
 }
 
