@@ -93,6 +93,26 @@ class SeqRecord:
     @classmethod
     def buffer_size(cls, **fields: str) -> int:
         """Bytes of buffer create() needs for these fields."""
+    @classmethod
+    def create_shared(cls, name: str, /, **fields: str) -> SeqRecord:
+        """create() in a new named shared memory block the record owns: close() closes and unlinks it; FileExistsError if the name exists."""
+    @classmethod
+    def attach_shared(cls, name: str, /, **fields: str) -> SeqRecord:
+        """attach() to create_shared()'s block, untracked by the resource tracker: close() closes the mapping only; FileNotFoundError if missing."""
+    def close(self) -> None:
+        """Release the buffer; later calls raise ValueError; BufferError while a write section opened through it is open."""
+    @property
+    def closed(self) -> bool:
+        """True once close() has been called."""
+    def __enter__(self) -> SeqRecord: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> Literal[False]: ...
+    def _close_with(self, closer: Callable[[], object], /) -> None: ...
     @property
     def fields(self) -> tuple[str, ...]:
         """Field names, in order."""

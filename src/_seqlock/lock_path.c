@@ -100,6 +100,30 @@ set_memory_gone(void)
 }
 
 int
+set_record_closed(void)
+{
+    PyErr_SetString(PyExc_ValueError, "the record is closed");
+    return -1;
+}
+
+int
+record_pin_failed(in_use_status status)
+{
+    switch (status) {
+    case IN_USE_CLOSED:
+        return set_record_closed();
+    case IN_USE_NO_MEMORY:
+        PyErr_NoMemory();
+        return -1;
+    default:
+        PyErr_Format(PyExc_RuntimeError,
+                     "more than %d calls into records nest on this thread "
+                     "(signal handlers inside waits?)", IN_USE_SLOTS);
+        return -1;
+    }
+}
+
+int
 call_guarded(const bound_record *r, int (*fn)(void *arg), void *arg,
              int *result)
 {
@@ -190,6 +214,9 @@ wait_in_slices(core_wait wait, bound_lock *b, int64_t timeout_ns,
         }
         if (PyErr_CheckSignals() < 0) {
             return -1;
+        }
+        if (b->record != NULL && record_is_closed(b->record)) {
+            return set_record_closed(); /* close() woke us, or will */
         }
     }
 }
@@ -566,8 +593,12 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
      * announce itself (it polls). */
     unsigned flags = long_naps ? SEQLOCK_WAIT_LONG_NAPS : 0;
     if (b->record != NULL) {
-        flags |= SEQLOCK_WAIT_THROUGH_DEATH
+        /* Woken by close(): back here, to raise ValueError. */
+        flags |= SEQLOCK_WAIT_THROUGH_DEATH | SEQLOCK_WAIT_WAKE_RETURNS
                  | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
+        if (record_pin(b->record) < 0) {
+            return -1;
+        }
     }
     if (b->record != NULL && b->record->guarded != NULL) {
         (void)bus_guard_reassert(); /* a wait may be long: make sure */
@@ -575,6 +606,9 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
     change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};
     int64_t slice = signal_handlers_run_here() ? SIGNAL_BACKSTOP_NS : -1;
     int err = wait_in_slices(core_wait_for_change, b, timeout_ns, slice, &w);
+    if (b->record != NULL) {
+        record_unpin(b->record);
+    }
     switch (err) {
     case 0:
         *now = w.now;

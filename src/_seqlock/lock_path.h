@@ -8,6 +8,7 @@
 
 #include "compat.h"
 #include "bus_guard.h"
+#include "in_use.h"
 #include "read_budget.h"
 #include "record.h"
 #include "seqlock.h"
@@ -22,7 +23,13 @@ typedef struct {
                             +guarded_len) inside a bus_guard; NULL if its
                             memory needs no guard */
     size_t guarded_len;
+    /* RECORD_OPEN until close() (seqrecord_type.c): then no call touches
+     * the memory, which close() lets go once no thread is inside one
+     * (record_pin()). */
+    _Atomic uint32_t closed;
 } bound_record;
+
+enum { RECORD_OPEN = 0, RECORD_CLOSING = 1, RECORD_CLOSED = 2 };
 
 /* A seqlock as a Python object holds it.  Both types embed one. */
 typedef struct {
@@ -188,5 +195,66 @@ int call_guarded(const bound_record *r, int (*fn)(void *arg), void *arg,
 
 /* The OSError of a record whose file was truncated. */
 void set_memory_gone(void);
+
+/* The ValueError of a closed record; -1. */
+int set_record_closed(void);
+
+static inline int
+record_is_closed(const bound_record *r)
+{
+    return atomic_load_explicit(&r->closed, memory_order_relaxed)
+           != RECORD_OPEN;
+}
+
+/* record_pin()'s failures as exceptions; -1. */
+int record_pin_failed(in_use_status status);
+
+/*
+ * record_pin - enter a stretch of code that touches r's memory
+ * Returns 0, and then close() waits until record_unpin() before it lets
+ * the memory go; or -1 with ValueError if the record is closed (or
+ * closing), MemoryError, or RuntimeError if IN_USE_SLOTS pins nest on
+ * this thread.  Costs a store to the thread's own slot and a seq_cst
+ * fence (in_use.h).  Where the GIL is held from a record_is_closed()
+ * check to the last touch, no pin is needed: close() holds the GIL too
+ * whenever it looks.  Code that releases the GIL, or may run Python
+ * code (a signal handler), in between pins; so does every touch on a
+ * free-threaded build.
+ */
+static inline int
+record_pin(const bound_record *r)
+{
+    in_use_status status = in_use_enter(r, &r->closed);
+    return SEQLOCK_LIKELY(status == IN_USE_ENTERED) ? 0
+                                                    : record_pin_failed(status);
+}
+
+static inline void
+record_unpin(const bound_record *Py_UNUSED(r))
+{
+    in_use_leave();
+}
+
+/* The pin of a free-threaded build's every touch, where the GIL build
+ * only checks closed (see record_pin()): 0 or -1 with an exception. */
+static inline int
+record_pin_ft(const bound_record *r)
+{
+#ifdef Py_GIL_DISABLED
+    return record_pin(r);
+#else
+    return record_is_closed(r) ? set_record_closed() : 0;
+#endif
+}
+
+static inline void
+record_unpin_ft(const bound_record *r)
+{
+#ifdef Py_GIL_DISABLED
+    record_unpin(r);
+#else
+    (void)r;
+#endif
+}
 
 #endif /* SEQLOCK_PY_LOCK_PATH_H */

@@ -59,8 +59,27 @@ drop_turn(void *lock)
  * completes.  The reader never takes the lock: a writer stopped or dead
  * cannot hold it up, and it never touches the lock's mutex, so no content
  * of the memory can turn it into a writer's trust. */
+static int snapshot_retrying_pinned(SeqRecordObject *self, latch_read *r);
+
+/* The GIL build pins the record here, where the GIL is let go (and signal
+ * handlers run); the free-threaded build pinned it in snapshot(). */
 Py_NO_INLINE int
 snapshot_retrying(SeqRecordObject *self, latch_read *r)
+{
+#ifdef Py_GIL_DISABLED
+    return snapshot_retrying_pinned(self, r);
+#else
+    if (record_pin(&self->rec) < 0) {
+        return -1;
+    }
+    int result = snapshot_retrying_pinned(self, r);
+    record_unpin(&self->rec);
+    return result;
+#endif
+}
+
+static int
+snapshot_retrying_pinned(SeqRecordObject *self, latch_read *r)
 {
     read_budget *budget = &self->lock.budget;
     read_budget_count(&budget->retries); /* the first pass */
@@ -76,7 +95,9 @@ snapshot_retrying(SeqRecordObject *self, latch_read *r)
             Py_BEGIN_ALLOW_THREADS
             whole = guarded_latch_read(&self->rec, r);
             Py_END_ALLOW_THREADS
-        } while (whole == 0 && PyErr_CheckSignals() == 0);
+        } while (whole == 0 && PyErr_CheckSignals() == 0
+                 && (!record_is_closed(&self->rec)
+                     || set_record_closed() == 0)); /* closed: stop */
         int unused;
         if (ask && whole >= 0
             && call_guarded(&self->rec, drop_turn, self->rec.view.lock,
@@ -84,7 +105,7 @@ snapshot_retrying(SeqRecordObject *self, latch_read *r)
             return -1;
         }
         if (whole == 0) {
-            return -1; /* a signal handler raised */
+            return -1; /* a signal handler raised, or close() came */
         }
     }
     if (whole < 0) {

@@ -194,6 +194,7 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
                         "update() takes the values as keywords only");
         return -1;
     }
+    RETURN_IF_CLOSED(self, -1);
     Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     chosen_field stack_chosen[STACK_CHOSEN];
     chosen_field *chosen = stack_chosen;
@@ -230,11 +231,18 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
         store_values(self, writer, buf, chosen, n);
     }
     else {
-        if (begin_write(self, -1) < 0) {
+        /* Pinned after the conversions: they run user code, which may
+         * close the record. */
+        if (record_pin(&self->rec) < 0) {
             goto done;
         }
-        store_values(self, NULL, buf, chosen, n);
-        if (unlock_write(&self->lock) < 0) {
+        int failed = begin_write(self, -1) < 0;
+        if (!failed) {
+            store_values(self, NULL, buf, chosen, n);
+            failed = unlock_write(&self->lock) < 0;
+        }
+        record_unpin(&self->rec);
+        if (failed) {
             goto done;
         }
     }
@@ -287,10 +295,23 @@ close_section(RecordWriterObject *w, int rollback)
     if (check_in_section(w) < 0) {
         return -1;
     }
+    /* The open section keeps close() off the memory until it ends; from
+     * there on, for a free-threaded build's close(), a pin does
+     * (record_pin()), taken whether closed or not: a section must end. */
+#ifdef Py_GIL_DISABLED
+    in_use_status pinned = in_use_enter(&w->record->rec, NULL);
+    if (pinned != IN_USE_ENTERED) {
+        return record_pin_failed(pinned); /* the section stays open */
+    }
+#endif
     end_staging(w, !rollback);
     atomic_store_explicit(&w->active, 0, memory_order_relaxed);
-    return rollback ? abort_write(&w->record->lock)
-                    : unlock_write(&w->record->lock);
+    int result = rollback ? abort_write(&w->record->lock)
+                          : unlock_write(&w->record->lock);
+#ifdef Py_GIL_DISABLED
+    in_use_leave();
+#endif
+    return result;
 }
 
 static int
@@ -348,8 +369,13 @@ RecordWriter_dealloc(RecordWriterObject *self)
 static PyObject *
 RecordWriter_enter(RecordWriterObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (entered_or_timed_out(begin_write(self->record,
-                                         self->timeout_ns)) < 0) {
+    const bound_record *r = &self->record->rec;
+    if (record_pin(r) < 0) {
+        return NULL;
+    }
+    lock_status taken = begin_write(self->record, self->timeout_ns);
+    record_unpin(r);
+    if (entered_or_timed_out(taken) < 0) {
         return NULL;
     }
     end_staging(self, 0); /* a lost section's, if any */

@@ -28,6 +28,10 @@ typedef struct {
      * still counts what it did at __enter__, which "this thread holds the
      * lock" alone does not tell after a take-over or a fork. */
     _Atomic uint64_t sections;
+    /* Called by close() once the buffer is let go (create_shared(),
+     * attach_shared(): closes, and for the creator unlinks, the shared
+     * memory), or NULL. */
+    PyObject *closer;
     PyObject *weakreflist;
 } SeqRecordObject;
 
@@ -50,6 +54,17 @@ typedef struct {
     RecordWriterObject *writer;
     const field_spec *field;
 } ArrayFieldObject;
+
+/* ValueError if self is closed: the first line of a method that touches
+ * the record's memory, so that it says so before anything else (the
+ * touches themselves pin, or check under the GIL: lock_path.h). */
+#define RETURN_IF_CLOSED(self, error)                                       \
+    do {                                                                    \
+        if (record_is_closed(&(self)->rec)) {                               \
+            (void)set_record_closed();                                      \
+            return (error);                                                 \
+        }                                                                   \
+    } while (0)
 
 /* Small snapshots are copied to the stack; larger ones to the heap. */
 #define STACK_SNAPSHOT_BYTES 512
@@ -96,8 +111,8 @@ int snapshot_retrying(SeqRecordObject *self, latch_read *r);
  * (the file behind the record was truncated) or what a signal handler
  * raised meanwhile. */
 static inline int
-snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-         uint64_t *seq)
+snapshot_pinned(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+                uint64_t *seq)
 {
     const bound_record *b = &self->rec;
     bus_guard guard;
@@ -125,6 +140,23 @@ snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
     }
     *seq &= ~(uint64_t)1;
     return 0;
+}
+
+/* ... as above, on an open record: ValueError once it is closed.  A
+ * free-threaded build pins the record throughout (close() waits for the
+ * copy to end); the GIL build holds the GIL from the check to the last
+ * touch, but in the slow path (snapshot_retrying() pins). */
+static inline int
+snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+         uint64_t *seq)
+{
+    const bound_record *b = &self->rec;
+    if (record_pin_ft(b) < 0) {
+        return -1;
+    }
+    int result = snapshot_pinned(self, dst, offset, n, seq);
+    record_unpin_ft(b);
+    return result;
 }
 
 /* A buffer for n bytes of snapshot: the stack one if it fits. */

@@ -23,6 +23,7 @@
 #include "news.h"
 
 #include <errno.h>
+#include <time.h>
 
 /* ---- construction ---- */
 
@@ -636,6 +637,7 @@ SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
             || gc_may_clear_exported_memoryviews())) {
         Py_VISIT(self->view.obj);
     }
+    Py_VISIT(self->closer);
     return 0;
 }
 
@@ -650,7 +652,235 @@ SeqRecord_clear(SeqRecordObject *self)
         bound_lock_fini(&self->lock); /* before its memory can go */
         PyBuffer_Release(&self->view);
     }
+    Py_CLEAR(self->closer); /* after: its shared memory may close now */
     return 0;
+}
+
+/* ---- close() ---- */
+
+/* What stops close() from letting the memory go. */
+typedef enum {
+    UNUSED = 0,
+    SECTION_OPEN,  /* a write section opened through this record */
+    USED_HERE,     /* a call of this record on this thread, under us */
+    UNKNOWN_USE,   /* OSError from membarrier() */
+} record_use;
+
+/* Wait, detached, until no thread is inside a call that touches the
+ * record (record_pin()), waking its waiters meanwhile: they look at
+ * closed and leave.  The lock's held_refs tells of a write section opened
+ * through this record: one inside a call (update()) ends with the call;
+ * one left open by a with block can stay open for as long as the block
+ * lasts, so close() gives up rather than wait for it.  A thread opens
+ * and closes a section pinned, changing held_refs inside the pin; read
+ * before the slots, a 0 it stored means its pin is seen (or it has
+ * left); read after slots found empty, a section opened meanwhile is
+ * seen.  Both reads agree, or the slots are looked at again. */
+static record_use
+wait_until_unused(SeqRecordObject *self)
+{
+    bound_record *r = &self->rec;
+    int64_t nap_ns = 20 * 1000;
+    for (;;) {
+        uint64_t before = atomic_load_explicit(&self->lock.held_refs,
+                                               memory_order_acquire);
+        int where = in_use_where(r);
+        if (where == IN_USE_UNKNOWN) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return UNKNOWN_USE;
+        }
+        if (where == IN_USE_HERE) {
+            return USED_HERE;
+        }
+        if (where == IN_USE_NOWHERE) {
+            uint64_t after = atomic_load_explicit(&self->lock.held_refs,
+                                                  memory_order_acquire);
+            if ((before == 0) == (after == 0)) {
+                return after != 0 ? SECTION_OPEN : UNUSED;
+            }
+            continue; /* a section opened or closed meanwhile */
+        }
+        /* Again each time: a wake-up that lands just before a waiter
+         * falls asleep finds nobody (seqlock.h: SEQLOCK_WAIT_WAKE_RETURNS).
+         * It wakes this process's waiters on the record, and other
+         * processes' for nothing (they sleep again). */
+        seqlock_wake_waiters(r->view.lock);
+        struct timespec nap = {0, (long)nap_ns};
+        Py_BEGIN_ALLOW_THREADS
+        (void)nanosleep(&nap, NULL);
+        Py_END_ALLOW_THREADS
+        nap_ns = nap_ns < 5 * 1000 * 1000 ? 2 * nap_ns : nap_ns;
+    }
+}
+
+PyDoc_STRVAR(SeqRecord_close_doc,
+"close($self, /)\n--\n\n"
+"Release the record's buffer: the export of create()'s or attach()'s\n"
+"buffer ends, so the buffer's owner can close (shm.close(), mmap.close()).\n\n"
+"Every later call that reads, writes or waits on the record raises\n"
+"ValueError, through the record or a bound method kept from before\n"
+"(read = rec.read); fields, format, nbytes, readonly and closed still\n"
+"answer.  A call running in another thread finishes first: close() waits\n"
+"for it, waking waits on the record (they raise ValueError).  Closing a\n"
+"closed record does nothing.  Raises BufferError, leaving the record\n"
+"open, while a write section opened through it is open (close after its\n"
+"with block), or when called inside one of the record's own calls on\n"
+"this thread (a signal handler run during a wait).  A SeqRecord() of its\n"
+"own memory frees it when the record is freed.");
+
+static PyObject *
+SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    bound_record *r = &self->rec;
+    for (;;) {
+        uint32_t state = RECORD_OPEN;
+        if (atomic_compare_exchange_strong(&r->closed, &state,
+                                           RECORD_CLOSING)) {
+            break;
+        }
+        if (state == RECORD_CLOSED) {
+            Py_RETURN_NONE;
+        }
+        /* Another thread closes it: wait for its outcome. */
+        struct timespec nap = {0, 100 * 1000};
+        Py_BEGIN_ALLOW_THREADS
+        (void)nanosleep(&nap, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    record_use use = wait_until_unused(self);
+    if (use != UNUSED) {
+        atomic_store_explicit(&r->closed, RECORD_OPEN, memory_order_release);
+        if (use == UNKNOWN_USE) {
+            return NULL;
+        }
+        PyErr_SetString(
+            PyExc_BufferError,
+            use == SECTION_OPEN
+                ? "cannot close the record: a write section opened through "
+                  "it is open (close it after the with block)"
+                : "cannot close the record inside one of its own calls on "
+                  "this thread (a signal handler run during a wait?)");
+        return NULL;
+    }
+    if (self->view.obj != NULL) {
+        Py_buffer view = self->view;
+        bound_lock_fini(&self->lock); /* before its memory can go */
+        self->view.obj = NULL;
+        PyBuffer_Release(&view);
+    }
+    PyObject *closer = self->closer; /* ours alone: we closed it */
+    self->closer = NULL;
+    atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
+    if (closer != NULL) {
+        PyObject *done = PyObject_CallNoArgs(closer);
+        Py_DECREF(closer);
+        if (done == NULL) {
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    Py_RETURN_NONE;
+}
+
+/* _close_with(closer): close() calls closer() after letting the buffer
+ * go (seqlock_py._shared). */
+static PyObject *
+SeqRecord_close_with(SeqRecordObject *self, PyObject *closer)
+{
+    RETURN_IF_CLOSED(self, NULL);
+    if (!PyCallable_Check(closer) || self->closer != NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_close_with() takes one callable, once");
+        return NULL;
+    }
+    self->closer = Py_NewRef(closer);
+    Py_RETURN_NONE;
+}
+
+/* SeqRecord.<name>(name, **fields): seqlock_py._shared.<name>(type, name,
+ * **fields). */
+static PyObject *
+call_shared(const char *method, PyTypeObject *type, PyObject *args,
+            PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 1) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes one positional argument (the shared "
+                     "memory's name) and the fields as keywords", method);
+        return NULL;
+    }
+    PyObject *shared = PyImport_ImportModule("seqlock_py._shared");
+    if (shared == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyObject_GetAttrString(shared, method);
+    Py_DECREF(shared);
+    if (fn == NULL) {
+        return NULL;
+    }
+    PyObject *call = PyTuple_Pack(2, (PyObject *)type,
+                                  PyTuple_GET_ITEM(args, 0));
+    PyObject *rec = call == NULL ? NULL : PyObject_Call(fn, call, kwargs);
+    Py_XDECREF(call);
+    Py_DECREF(fn);
+    return rec;
+}
+
+PyDoc_STRVAR(SeqRecord_create_shared_doc,
+"create_shared($type, name, /, **fields)\n--\n\n"
+"Create the named shared memory block name, of buffer_size(**fields)\n"
+"bytes, lay a new record out in it (as create()) and return the record,\n"
+"which owns the block: its close() (or with block) closes the block and\n"
+"unlinks its name.  FileExistsError if the name exists.  Other processes\n"
+"open it with SeqRecord.attach_shared(name).  If this process exits\n"
+"without close(), the standard library's resource tracker unlinks the\n"
+"name at its exit (the block lives on while others map it).");
+
+static PyObject *
+SeqRecord_create_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return call_shared("create_shared", type, args, kwargs);
+}
+
+PyDoc_STRVAR(SeqRecord_attach_shared_doc,
+"attach_shared($type, name, /, **fields)\n--\n\n"
+"Open the record that SeqRecord.create_shared(name) made, as attach()\n"
+"does (fields optional: the block's header names them).  The record owns\n"
+"its mapping: close() (or a with block) closes it, never unlinking the\n"
+"name.  The standard library's resource tracker is kept out (track=False\n"
+"on 3.13+, no registration before), so this process's exit never unlinks\n"
+"the block under the others.  FileNotFoundError if the name does not\n"
+"exist.");
+
+static PyObject *
+SeqRecord_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return call_shared("attach_shared", type, args, kwargs);
+}
+
+static PyObject *
+SeqRecord_enter(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    RETURN_IF_CLOSED(self, NULL);
+    return Py_NewRef(self);
+}
+
+static PyObject *
+SeqRecord_exit(SeqRecordObject *self, PyObject *const *Py_UNUSED(args),
+               Py_ssize_t Py_UNUSED(nargs))
+{
+    PyObject *done = SeqRecord_close(self, NULL);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+SeqRecord_get_closed(SeqRecordObject *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(record_is_closed(&self->rec));
 }
 
 static void
@@ -700,12 +930,23 @@ lock_state_of(SeqRecordObject *self, lock_state *st)
 {
     st->rv = &self->rec.view;
     int unused;
-    return call_guarded(&self->rec, read_lock_state, st, &unused);
+    if (record_pin_ft(&self->rec) < 0) {
+        return -1;
+    }
+    int result = call_guarded(&self->rec, read_lock_state, st, &unused);
+    record_unpin_ft(&self->rec);
+    return result;
 }
 
 static PyObject *
 SeqRecord_repr(SeqRecordObject *self)
 {
+    if (record_is_closed(&self->rec)) {
+        return PyUnicode_FromFormat("<%s fields=%R format=%R closed>",
+                                    Py_TYPE(self)->tp_name,
+                                    self->layout->names,
+                                    self->layout->format);
+    }
     lock_state st;
     if (lock_state_of(self, &st) < 0) {
         return NULL;
@@ -714,7 +955,7 @@ SeqRecord_repr(SeqRecordObject *self)
         "<%s fields=%R format=%R sequence=%llu%s%s>", Py_TYPE(self)->tp_name,
         self->layout->names, self->layout->format,
         (unsigned long long)st.sequence,
-        self->view.obj != NULL ? " in a buffer" : "",
+        self->memory == NULL ? " in a buffer" : "",
         self->rec.readonly ? " (read-only)" : "");
 }
 
@@ -782,6 +1023,7 @@ SeqRecord_read_versioned(SeqRecordObject *self,
 static PyObject *
 SeqRecord_wait(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_wait(&self->lock, args, kwargs);
 }
 
@@ -789,12 +1031,14 @@ static PyObject *
 SeqRecord_wait_async(SeqRecordObject *self, PyObject *args,
                      PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_wait_async((PyObject *)self, args, kwargs);
 }
 
 static PyObject *
 SeqRecord_waiter(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_waiter((PyObject *)self, &self->lock, args, kwargs);
 }
 
@@ -810,6 +1054,7 @@ PyDoc_STRVAR(SeqRecord_changes_doc,
 static PyObject *
 SeqRecord_changes(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_changes("changes", (PyObject *)self, args, kwargs);
 }
 
@@ -822,6 +1067,7 @@ static PyObject *
 SeqRecord_changes_async(SeqRecordObject *self, PyObject *args,
                         PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     return news_changes("changes_async", (PyObject *)self, args, kwargs);
 }
 
@@ -869,6 +1115,7 @@ read_field(SeqRecordObject *self, const field_spec *f)
 static PyObject *
 SeqRecord_subscript(SeqRecordObject *self, PyObject *key)
 {
+    RETURN_IF_CLOSED(self, NULL);
     const field_spec *f = field_or_keyerror(self, key);
     return f == NULL ? NULL : read_field(self, f);
 }
@@ -881,6 +1128,7 @@ PyDoc_STRVAR(SeqRecord_get_doc,
 static PyObject *
 SeqRecord_get(SeqRecordObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     if (nargs < 1 || nargs > 2) {
         PyErr_Format(PyExc_TypeError,
                      "get() takes 1 or 2 arguments (%zd given)", nargs);
@@ -916,6 +1164,7 @@ static PyObject *
 SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                     Py_ssize_t nargsf, PyObject *kwnames)
 {
+    RETURN_IF_CLOSED(self, NULL);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *name = NULL;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
@@ -998,6 +1247,7 @@ PyDoc_STRVAR(SeqRecord_write_doc,
 static PyObject *
 SeqRecord_write(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
+    RETURN_IF_CLOSED(self, NULL);
     int64_t timeout_ns;
     if (write_timeout_arg(args, kwargs, &timeout_ns) < 0) {
         return NULL;
@@ -1136,6 +1386,14 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_doc},
     {"attach", (PyCFunction)(void (*)(void))SeqRecord_attach,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_attach_doc},
+    {"create_shared", (PyCFunction)(void (*)(void))SeqRecord_create_shared,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_create_shared_doc},
+    {"attach_shared", (PyCFunction)(void (*)(void))SeqRecord_attach_shared,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_attach_shared_doc},
+    {"_close_with", (PyCFunction)SeqRecord_close_with, METH_O,
+     PyDoc_STR("_close_with($self, closer, /)\n--\n\n"
+               "Have close() call closer() after it lets the buffer go "
+               "(for seqlock_py._shared; not public).")},
     {"buffer_size", (PyCFunction)(void (*)(void))SeqRecord_buffer_size,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_buffer_size_doc},
     {"read", (PyCFunction)SeqRecord_read, METH_NOARGS, SeqRecord_read_doc},
@@ -1164,6 +1422,14 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS, SeqRecord_write_doc},
     {"locked", (PyCFunction)SeqRecord_locked, METH_NOARGS,
      SeqRecord_locked_doc},
+    {"close", (PyCFunction)SeqRecord_close, METH_NOARGS,
+     SeqRecord_close_doc},
+    {"__enter__", (PyCFunction)SeqRecord_enter, METH_NOARGS,
+     PyDoc_STR("__enter__($self, /)\n--\n\nReturn the record (ValueError "
+               "if it is closed).")},
+    {"__exit__", (PyCFunction)(void (*)(void))SeqRecord_exit, METH_FASTCALL,
+     PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
+               "close() the record.")},
     {"__reduce__", reduce_refused, METH_NOARGS,
      PyDoc_STR("__reduce__($self, /)\n--\n\n"
                "Raise TypeError: a record cannot be pickled or copied.")},
@@ -1190,6 +1456,9 @@ static PyGetSetDef SeqRecord_getset[] = {
                "not dtype strings."), NULL},
     {"nbytes", (getter)SeqRecord_get_nbytes, NULL,
      PyDoc_STR("Bytes in a snapshot: struct.calcsize(self.format)."), NULL},
+    {"closed", (getter)SeqRecord_get_closed, NULL,
+     PyDoc_STR("True once close() has been called (while it waits, too)."),
+     NULL},
     {"readonly", (getter)SeqRecord_get_readonly, NULL,
      PyDoc_STR("True if the record was attached to memory this process may "
                "only read: it reads and waits, writing nothing; update() "

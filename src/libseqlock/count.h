@@ -31,7 +31,8 @@ announce_sleeper(seqlock_t *sl, uint64_t seq)
  * the announcement, a seq_cst fence, then a second look at the count pair
  * with end_section()'s store, fence, look at wake_from, so either its
  * writer sees us or we see its count.  Returns EINTR (a signal handler
- * ran), else 0: woken, timed out, or the count had moved. */
+ * ran), ETIMEDOUT (the nap ended), else 0: woken, or the count had
+ * moved. */
 static inline int
 sleep_while_count_is(seqlock_t *sl, uint64_t s, int64_t nap_ns)
 {
@@ -41,10 +42,8 @@ sleep_while_count_is(seqlock_t *sl, uint64_t s, int64_t nap_ns)
         != s) {
         return 0;
     }
-    return seqlock_park_(low_half(&sl->seqcount.sequence), (uint32_t)s, nap_ns)
-                   == EINTR
-               ? EINTR
-               : 0;
+    return seqlock_park_(low_half(&sl->seqcount.sequence), (uint32_t)s,
+                         nap_ns);
 }
 
 /* The section that opened at `start` (even) ends: the count becomes start

@@ -55,6 +55,7 @@ wait_for_count(const seqlock_t *sl, uint64_t seq, int64_t timeout_ns,
                       : WAITER_NAP_NS;
     int64_t deadline = -2; /* computed when first needed */
     int64_t poll_nap = 0;
+    int woken = 0;
     int result;
     for (unsigned round = 0;; round++) {
         uint64_t s = atomic_load_explicit(&lock->seqcount.sequence,
@@ -67,6 +68,10 @@ wait_for_count(const seqlock_t *sl, uint64_t seq, int64_t timeout_ns,
         if (cancel != NULL
             && atomic_load_explicit(cancel, memory_order_acquire)) {
             result = ECANCELED;
+            break;
+        }
+        if (woken) { /* SEQLOCK_WAIT_WAKE_RETURNS, nothing changed */
+            result = EINTR;
             break;
         }
         if (me != 0
@@ -114,6 +119,7 @@ wait_for_count(const seqlock_t *sl, uint64_t seq, int64_t timeout_ns,
             result = EINTR;
             break;
         }
+        woken = slept == 0 && (flags & SEQLOCK_WAIT_WAKE_RETURNS);
     }
     errno = saved_errno;
     return result;

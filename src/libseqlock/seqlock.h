@@ -423,6 +423,11 @@ int seqlock_wait_for_change(const seqlock_t *sl, uint64_t seq,
  *   rather than SEQLOCK_CANCELLABLE_NAP_MS: an idle waiter looks once a
  *   second, and a cancel that races its falling asleep is seen within
  *   that (one that finds it asleep ends it at once, as always).
+ * SEQLOCK_WAIT_WAKE_RETURNS: a wake-up that finds the count unchanged
+ *   (seqlock_wake_waiters(), or another process's) returns EINTR, so that
+ *   the caller can look at flags of its own and call again.  A waker that
+ *   needs the wait to end must wake again until it has: a wake-up that
+ *   lands between the waiter's last look and its sleep finds nobody.
  */
 int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
                                   int64_t timeout_ns,
@@ -431,6 +436,7 @@ int seqlock_wait_for_change_flags(const seqlock_t *sl, uint64_t seq,
 #define SEQLOCK_WAIT_READ_ONLY 1u
 #define SEQLOCK_WAIT_THROUGH_DEATH 2u
 #define SEQLOCK_WAIT_LONG_NAPS 4u
+#define SEQLOCK_WAIT_WAKE_RETURNS 8u
 #define SEQLOCK_POLL_NAP_MS 5
 #define SEQLOCK_POLL_FIRST_NAP_US 50
 #define SEQLOCK_WAITER_NAP_MS 1000

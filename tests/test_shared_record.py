@@ -1,0 +1,125 @@
+"""Records that own named shared memory: SeqRecord.create_shared() and
+attach_shared().  The creator's close() unlinks the block; an opener's
+exit, with or without close(), never does (the resource tracker is kept
+out of it); each test's processes are real ones."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from process_helpers import PythonProcess, run_python
+from seqlock_py import SeqRecord
+from workers import LONG
+
+
+@pytest.fixture
+def name():
+    block = f"seqlock_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    yield block
+    path = os.path.join("/dev/shm", block)
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def exists(name):
+    return os.path.exists(os.path.join("/dev/shm", name))
+
+
+OPENER = """
+import sys
+from seqlock_py import SeqRecord
+rec = SeqRecord.attach_shared(sys.argv[1])
+print("read", rec.read(), rec.fields)
+if sys.argv[2] == "close":
+    rec.close()
+"""
+
+
+@pytest.mark.parametrize("closes", ["close", "exit"])
+def test_an_opener_process_ending_leaves_the_block_to_the_others(name, closes):
+    with SeqRecord.create_shared(name, x="d", n="q") as rec:
+        rec.update(x=2.5, n=7)
+        code, out = run_python(OPENER, name, closes)
+        assert code == 0, out
+        assert "read (2.5, 7) ('x', 'n')" in out
+        assert "Exception ignored" not in out and "leaked" not in out, out
+        time.sleep(0.2)  # a tracker that would unlink does it at once
+        assert exists(name)
+        assert rec.read() == (2.5, 7)
+        code, out = run_python(OPENER, name, "close")  # a new opener still finds it
+        assert code == 0, out
+
+
+def test_the_creators_close_unlinks_the_block(name):
+    rec = SeqRecord.create_shared(name, x="d")
+    assert exists(name)
+    read = rec.read  # a bound method kept does not hold the block
+    rec.close()
+    assert not exists(name)
+    with pytest.raises(ValueError):
+        read()
+
+
+def test_an_openers_close_leaves_the_block(name):
+    with SeqRecord.create_shared(name, x="d") as creator:
+        with SeqRecord.attach_shared(name) as opener:
+            creator.update(x=4.0)
+            assert opener.read() == (4.0,)
+        assert opener.closed
+        assert exists(name)
+    assert not exists(name)
+
+
+def test_create_shared_of_a_name_in_use_raises_file_exists_error(name):
+    with SeqRecord.create_shared(name, x="d"):
+        with pytest.raises(FileExistsError):
+            SeqRecord.create_shared(name, x="d")
+        assert exists(name)  # the failed create took nothing down
+
+
+def test_attach_shared_of_a_missing_name_raises_file_not_found_error(name):
+    with pytest.raises(FileNotFoundError):
+        SeqRecord.attach_shared(name)
+
+
+def test_attach_shared_with_other_fields_raises_and_maps_nothing(name):
+    with SeqRecord.create_shared(name, x="d"):
+        with pytest.raises(ValueError, match="other fields"):
+            SeqRecord.attach_shared(name, y="q")
+
+
+CREATOR = """
+import os, sys
+from seqlock_py import SeqRecord
+rec = SeqRecord.create_shared(sys.argv[1], x="d")
+rec.update(x=1.0)
+print("created", flush=True)
+if sys.argv[2] == "kill":
+    sys.stdin.readline()
+    os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_creator_exiting_without_close_unlinks_at_its_exit(name):
+    code, out = run_python(CREATOR, name, "exit")
+    assert code == 0, out
+    assert "Exception ignored" not in out, out
+    assert not exists(name)
+
+
+def test_a_creator_killed_leaves_the_unlink_to_its_resource_tracker(name):
+    with PythonProcess(CREATOR, name, "kill") as child:
+        child.expect("created")
+        with SeqRecord.attach_shared(name) as opener:  # mapped: it survives the unlink
+            child.tell("go")
+            code, _ = child.finish()
+            assert code == -signal.SIGKILL
+            deadline = time.monotonic() + LONG
+            while exists(name) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not exists(name)
+            assert opener.read() == (1.0,)
