@@ -37,7 +37,8 @@ class Quote(NamedTuple):
 
 STRATEGY = """
 import sys
-from examples.market_feed import Quote, whole
+sys.path.insert(0, sys.argv[2])                      # examples/, for Quote
+from market_feed import Quote, whole
 from seqlock_py import SeqRecord
 seen = torn = skipped = 0
 with SeqRecord.attach_shared(sys.argv[1], Quote) as feed:
@@ -72,14 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2000.0, help="quotes per second")
     args = parser.parse_args(argv)
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [root, os.environ.get("PYTHONPATH")])))
+    here = os.path.dirname(os.path.abspath(__file__))
     name = f"market-feed-{os.getpid()}"
     with SeqRecord.create_shared(name, Quote) as feed:
         feed.update(**quote(0)._asdict())
-        strategies = [subprocess.Popen([sys.executable, "-c", STRATEGY, name],
-                                       stdout=subprocess.PIPE, text=True, env=env)
+        strategies = [subprocess.Popen([sys.executable, "-P", "-c", STRATEGY, name, here],
+                                       stdout=subprocess.PIPE, text=True)
                       for _ in range(args.strategies)]
         time.sleep(0.5)                               # let them attach and settle
         period, tick = 1 / args.rate, 0

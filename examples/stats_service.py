@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -33,7 +34,7 @@ STATS = dict(served="q", ok="q", failed="q", p99_ms="d")
 
 def worker(name: str, stop: multiprocessing.synchronize.Event) -> None:
     """The process that does the work and publishes its statistics."""
-    with SeqRecord.open_shared(name) as rec:
+    with SeqRecord.attach_shared(name) as rec:
         served = ok = 0
         while not stop.is_set():
             served += 10
@@ -105,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     ctx = multiprocessing.get_context("spawn")
-    with SeqRecord.create_shared(None, **STATS) as rec:   # unlinked when closed
+    name = f"stats-service-{os.getpid()}"
+    with SeqRecord.create_shared(name, **STATS) as rec:   # unlinked when closed
         stop = ctx.Event()
-        feeder = ctx.Process(target=worker, args=(rec.name, stop))
+        feeder = ctx.Process(target=worker, args=(name, stop))
         feeder.start()
         try:
             seq, _ = rec.read_versioned()

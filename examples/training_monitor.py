@@ -79,16 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         watcher = threading.Thread(target=monitor, args=(rec, stop, counts))
         watcher.start()
         observer = subprocess.Popen(
-            [sys.executable, "-c", OBSERVER, name, str(args.observer_reads)],
+            [sys.executable, "-P", "-c", OBSERVER, name, str(args.observer_reads)],
             stdout=subprocess.PIPE, text=True)
         train(rec, args.steps)
         out, _ = observer.communicate(timeout=120)
         train(rec, 10)                                   # the block outlived the observer
         stop.set()
         watcher.join()
-        step, loss, state = rec.read()
     observer_torn = int(out.strip() or -1)
-    print(f"{step:,} steps; monitor {counts['monitor_reads']:,} reads, "
+    print(f"{args.steps:,} steps, then 10 after the observer left; monitor {counts['monitor_reads']:,} reads, "
           f"{counts['monitor_torn']} torn; observer {args.observer_reads:,} reads, "
           f"{observer_torn} torn (exit {observer.returncode})")
     ok = counts["monitor_torn"] == 0 and observer_torn == 0 and observer.returncode == 0
