@@ -30,8 +30,14 @@ except ModuleNotFoundError as _missing:
         _hint = (f"seqlock_py's C extension (seqlock_py._seqlock) is missing from "
                  f"{_here}: reinstall seqlock_py")
     raise ModuleNotFoundError(_hint, name=_missing.name) from None
+from ._snapshot import Snapshot
+# Imported now, not at a record's first changes() or wait_async(): an
+# import in a thread while another thread runs C calls flat out waits a
+# switch interval (5 ms) for each of its many GIL hand-overs (one per file
+# system call), which made a first changes() take a second on 3.11.
+from . import _news  # noqa: F401
 
-__all__ = ["SeqLock", "SeqRecord"]
+__all__ = ["SeqLock", "SeqRecord", "Snapshot"]
 __version__ = "0.1.0"
 
 

@@ -21,12 +21,14 @@ joined, so none holds the exit up; a fork's child starts its own.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
 import threading
 from collections.abc import AsyncIterator, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def changes(record: Any, timeout: float | None) -> Iterator[tuple[int, tuple[Any, ...]]]:
@@ -100,7 +102,7 @@ _watches: dict[int, _Watch] = {}
 _stopping = False  # the interpreter shuts down: no new watcher
 _stop_at_exit_registered = False
 
-_Answers = dict[asyncio.AbstractEventLoop, list["asyncio.Future[bool]"]]
+_Answers = dict["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]
 
 
 async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
@@ -109,6 +111,8 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
         return True
     if timeout == 0:
         return False
+    import asyncio  # here: changes() alone should not import asyncio
+
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
     if not _register(owner, seq, loop, answer):

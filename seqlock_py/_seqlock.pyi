@@ -2,12 +2,18 @@
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar, final, overload
+from typing import Any, Generic, Literal, ParamSpec, final, overload
 
-from typing_extensions import Buffer
+from typing_extensions import Buffer, TypeVar
+
+from ._snapshot import Snapshot
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+# What a record's read() returns: a named Snapshot for fields given as
+# keywords, the declared class for SeqRecord(SomeNamedTuple).
+_S = TypeVar("_S", bound=tuple[Any, ...], default=Snapshot, covariant=True)
+_NT = TypeVar("_NT", bound=tuple[Any, ...])
 
 @final
 class SeqLock:
@@ -76,35 +82,58 @@ class WriteSection:
 _Value = Any
 
 @final
-class SeqRecord:
+class SeqRecord(Generic[_S]):
     """Numeric fields held in C as a latch: snapshots never wait for a writer."""
 
-    def __new__(cls, **fields: str) -> SeqRecord: ...
+    @overload
+    def __new__(cls, declaration: type[_NT], /) -> SeqRecord[_NT]:
+        """A record of a typing.NamedTuple class's annotated fields; read() returns that class."""
+    @overload
+    def __new__(cls, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
     @overload
     @classmethod
-    def create(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
+    def create(cls, buffer: Buffer, declaration: type[_NT], /, *, overwrite: bool = False) -> SeqRecord[_NT]:
         """Lay out a new, zeroed record in a writable (shared) buffer; ValueError if it holds a record already, unless overwrite=True."""
     @overload
     @classmethod
-    def create(cls, buffer: Buffer, /, *, overwrite: bool, **fields: str) -> SeqRecord: ...
+    def create(cls, buffer: Buffer, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
+    @overload
     @classmethod
-    def attach(cls, buffer: Buffer, /, **fields: str) -> SeqRecord:
+    def create(cls, buffer: Buffer, declaration: None = None, /, *, overwrite: bool, **fields: str) -> SeqRecord[Snapshot]: ...
+    @overload
+    @classmethod
+    def attach(cls, buffer: Buffer, declaration: type[_NT], /) -> SeqRecord[_NT]:
         """Open a record create() laid out (a read-only buffer gives a read-only record); without fields, the layout the buffer holds; with them, ValueError if it differs."""
+    @overload
     @classmethod
-    def buffer_size(cls, **fields: str) -> int:
+    def attach(cls, buffer: Buffer, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
+    @overload
+    @classmethod
+    def buffer_size(cls, declaration: type[tuple[Any, ...]], /) -> int:
         """Bytes of buffer create() needs for these fields."""
+    @overload
     @classmethod
-    def create_shared(cls, name: str, /, **fields: str) -> SeqRecord:
+    def buffer_size(cls, declaration: None = None, /, **fields: str) -> int: ...
+    @overload
+    @classmethod
+    def create_shared(cls, name: str, declaration: type[_NT], /) -> SeqRecord[_NT]:
         """create() in a new named shared memory block the record owns: close() closes and unlinks it; FileExistsError if the name exists."""
+    @overload
     @classmethod
-    def attach_shared(cls, name: str, /, **fields: str) -> SeqRecord:
+    def create_shared(cls, name: str, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
+    @overload
+    @classmethod
+    def attach_shared(cls, name: str, declaration: type[_NT], /) -> SeqRecord[_NT]:
         """attach() to create_shared()'s block, untracked by the resource tracker: close() closes the mapping only; FileNotFoundError if missing."""
+    @overload
+    @classmethod
+    def attach_shared(cls, name: str, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
     def close(self) -> None:
         """Release the buffer; later calls raise ValueError; BufferError while a write section opened through it is open."""
     @property
     def closed(self) -> bool:
         """True once close() has been called."""
-    def __enter__(self) -> SeqRecord: ...
+    def __enter__(self) -> SeqRecord[_S]: ...
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -141,9 +170,9 @@ class SeqRecord:
     def recoveries(self) -> int:
         """Write sections discarded because their writer died inside them."""
     def locked(self) -> bool: ...
-    def read(self) -> tuple[_Value, ...]:
-        """One consistent snapshot, fields in order; never waits for a writer."""
-    def read_versioned(self) -> tuple[int, tuple[_Value, ...]]:
+    def read(self) -> _S:
+        """One consistent snapshot, fields in order (also attributes); never waits for a writer."""
+    def read_versioned(self) -> tuple[int, _S]:
         """(sequence, values): one snapshot and the (even) sequence of exactly that state."""
     def read_dict(self) -> dict[str, _Value]:
         """One consistent snapshot as a dict."""
@@ -161,9 +190,9 @@ class SeqRecord:
         """True once a write section has ended since the state seq names; False on timeout."""
     def wait_async(self, seq: int, timeout: float | None = None) -> Coroutine[Any, Any, bool]:
         """wait() as a coroutine that never blocks the event loop."""
-    def changes(self, *, timeout: float | None = None) -> Iterator[tuple[int, tuple[_Value, ...]]]:
+    def changes(self, *, timeout: float | None = None) -> Iterator[tuple[int, _S]]:
         """(sequence, values): the current snapshot, then one per write; ends after timeout without one."""
-    def changes_async(self, *, timeout: float | None = None) -> AsyncIterator[tuple[int, tuple[_Value, ...]]]:
+    def changes_async(self, *, timeout: float | None = None) -> AsyncIterator[tuple[int, _S]]:
         """changes() for async for."""
     def _waiter(self, seq: int, timeout: float | None = None) -> _Waiter: ...
     def __reduce__(self) -> Any: ...
@@ -207,6 +236,9 @@ class _Waiter:
     def wait(self) -> bool: ...
     def next(self, seq: int, timeout: float | None = None) -> int | None: ...
     def cancel(self) -> None: ...
+
+def _snapshot_class(base: type[Snapshot], names: tuple[str, ...], /) -> type[Snapshot]:
+    """A named snapshot class (for seqlock_py._snapshot; not public)."""
 
 def _reassert_bus_guard() -> None:
     """Put the SIGBUS handler guarding readers of records in files back in place (not public)."""

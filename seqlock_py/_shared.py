@@ -55,14 +55,14 @@ def _owned(rec: Any, closer: Callable[[], None]) -> Any:
     return rec
 
 
-def create_shared(cls: Any, name: str, /, **fields: Any) -> Any:
+def create_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any) -> Any:
     """cls.create() in a new shared memory block named name."""
     if not isinstance(name, str):
         raise TypeError(f"create_shared() needs the block's name as a str, not {type(name).__name__}")
-    size = cls.buffer_size(**fields)
+    size = cls.buffer_size(declaration, **fields)
     shm = shared_memory.SharedMemory(name=name, create=True, size=size)
     try:
-        rec = cls.create(shm.buf, **fields)
+        rec = cls.create(shm.buf, declaration, **fields)
     except BaseException:
         shm.close()
         shm.unlink()
@@ -70,13 +70,13 @@ def create_shared(cls: Any, name: str, /, **fields: Any) -> Any:
     return _owned(rec, _closer(shm, unlink=True))
 
 
-def attach_shared(cls: Any, name: str, /, **fields: Any) -> Any:
+def attach_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any) -> Any:
     """cls.attach() to the shared memory block named name, untracked."""
     if not isinstance(name, str):
         raise TypeError(f"attach_shared() needs the block's name as a str, not {type(name).__name__}")
     segment = _open_untracked(name)
     try:
-        rec = cls.attach(segment.buf if _TRACK_FALSE else segment, **fields)
+        rec = cls.attach(segment.buf if _TRACK_FALSE else segment, declaration, **fields)
     except BaseException:
         segment.close()
         raise

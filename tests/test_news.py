@@ -12,6 +12,8 @@ import functools
 import math
 import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -729,3 +731,22 @@ def test_wait_inside_a_read_function_cannot_hang_the_reader():
     finally:
         stop.set()
         t.join()
+
+
+def test_a_first_changes_call_imports_nothing():
+    """changes() and wait() import no module at their first call: on the GIL
+    build an import in one thread, while another runs C calls flat out,
+    waits a switch interval for each of its GIL hand-overs (a first
+    changes() took a second on 3.11 beside a thread reading in a loop)."""
+    code = """
+import sys
+import seqlock_py
+rec = seqlock_py.SeqRecord(x="d")
+before = set(sys.modules)
+seq, _ = next(rec.changes(timeout=0))
+rec.wait(seq, 0)
+print(sorted(set(sys.modules) - before), "asyncio" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["[]", "False"], done.stdout + done.stderr

@@ -377,7 +377,7 @@ rec = open_shared_record(sys.argv[1], x="q")
 seq = rec.sequence
 print("ready", flush=True)
 woken = rec.wait(seq, 20)
-print("woken", woken, rec.read(), time.monotonic(), flush=True)
+print("woken", woken, tuple(rec.read()), time.monotonic(), flush=True)
 """
 
 

@@ -816,10 +816,12 @@ def test_create_rejects_a_misaligned_buffer():
 
 
 @pytest.mark.parametrize("method", ["create", "attach"])
-def test_create_and_attach_take_exactly_one_positional_buffer(method):
-    with pytest.raises(TypeError, match="one positional argument"):
+def test_create_and_attach_take_the_buffer_then_at_most_a_declaration(method):
+    with pytest.raises(TypeError, match="takes the buffer"):
         getattr(SeqRecord, method)(x="d")
-    with pytest.raises(TypeError, match="one positional argument"):
+    with pytest.raises(TypeError, match="takes the buffer"):
+        getattr(SeqRecord, method)(bytearray(4096), tuple, tuple, x="d")
+    with pytest.raises(TypeError, match="not both"):
         getattr(SeqRecord, method)(bytearray(4096), bytearray(4096), x="d")
 
 

@@ -33,7 +33,7 @@ OPENER = """
 import sys
 from seqlock_py import SeqRecord
 rec = SeqRecord.attach_shared(sys.argv[1])
-print("read", rec.read(), rec.fields)
+print("read", tuple(rec.read()), rec.fields)
 if sys.argv[2] == "close":
     rec.close()
 """
@@ -123,3 +123,19 @@ def test_a_creator_killed_leaves_the_unlink_to_its_resource_tracker(name):
                 time.sleep(0.05)
             assert not exists(name)
             assert opener.read() == (1.0,)
+
+
+def test_create_shared_and_attach_shared_take_a_namedtuple_declaration():
+    from typing import NamedTuple
+
+    class Pose(NamedTuple):
+        x: float
+        n: int
+
+    name = f"seqlock-test-declared-{os.getpid()}"
+    with SeqRecord.create_shared(name, Pose) as rec:
+        rec.update(x=1.5, n=3)
+        with SeqRecord.attach_shared(name, Pose) as other:
+            assert other.read() == Pose(1.5, 3) and type(other.read()) is Pose
+        with SeqRecord.attach_shared(name) as plain:
+            assert plain.read().x == 1.5 and plain.fields == ("x", "n")

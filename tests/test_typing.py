@@ -60,6 +60,69 @@ MISUSE = textwrap.dedent(
 )
 
 
+TYPED = textwrap.dedent(
+    """
+    from typing import Annotated, NamedTuple
+    from seqlock_py import SeqRecord, Snapshot
+
+    class Pose(NamedTuple):
+        x: float
+        n: int
+        v: Annotated[tuple[float, ...], "4d"]
+
+    rec = SeqRecord(Pose)
+    reveal_type(rec.read())
+    reveal_type(rec.read().x)
+    reveal_type(rec.read_versioned())
+    for _, pose in rec.changes(timeout=0):
+        reveal_type(pose)
+    plain = SeqRecord(x="d", n="q")
+    reveal_type(plain.read())
+    reveal_type(plain.read().x)
+    buf = bytearray(SeqRecord.buffer_size(Pose))
+    reveal_type(SeqRecord.create(buf, Pose, overwrite=True).read())
+    reveal_type(SeqRecord.attach(buf, Pose).read())
+    reveal_type(SeqRecord.attach(buf).read())
+
+    def annotated(r: SeqRecord[Pose], s: SeqRecord) -> tuple[float, Snapshot]:
+        return r.read().x, s.read()
+
+    async def consume() -> None:
+        async for _, later in rec.changes_async(timeout=0.1):
+            reveal_type(later)
+    """
+)
+
+# (as mypy 1.x and 2.x print them once "builtins." is dropped)
+POSE = "tuple[float, int, tuple[float, ...], fallback=typed.Pose]"
+REVEALED = [
+    POSE,
+    "float",
+    f"tuple[int, {POSE}]",
+    POSE,
+    "seqlock_py._snapshot.Snapshot",
+    "Any",
+    POSE,
+    POSE,
+    "seqlock_py._snapshot.Snapshot",
+    POSE,
+]
+
+TYPED_MISUSE = textwrap.dedent(
+    """
+    from typing import NamedTuple
+    from seqlock_py import SeqRecord
+
+    class Pose(NamedTuple):
+        x: float
+
+    rec = SeqRecord(Pose)
+    rec.read().y
+    wrong: Pose = SeqRecord(x="d").read()
+    """
+)
+
+
 def mypy(*args, cwd):
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir=/dev/null", *args],
@@ -91,3 +154,19 @@ def test_stubs_reject_a_wrong_argument_type(tmp_path):
 def test_the_packages_python_modules_type_check_strictly(tmp_path):
     done = mypy("--strict", "-p", "seqlock_py", cwd=tmp_path)
     assert done.returncode == 0, done.stdout
+
+
+def test_a_typed_record_reveals_the_declared_class(tmp_path):
+    (tmp_path / "typed.py").write_text(TYPED)
+    done = mypy("--strict", "typed.py", cwd=tmp_path)
+    revealed = [line.split('Revealed type is "', 1)[1].rstrip('"').replace("builtins.", "")
+                for line in done.stdout.splitlines() if "Revealed type is" in line]
+    assert revealed == REVEALED, done.stdout
+    assert "error" not in done.stdout, done.stdout
+
+
+def test_a_typed_records_snapshot_has_only_the_declared_fields(tmp_path):
+    (tmp_path / "typed_misuse.py").write_text(TYPED_MISUSE)
+    done = mypy("--strict", "typed_misuse.py", cwd=tmp_path)
+    assert '"Pose" has no attribute "y"' in done.stdout, done.stdout
+    assert "Incompatible types in assignment" in done.stdout, done.stdout

@@ -59,6 +59,7 @@ gc_may_clear_exported_memoryviews(void)
 #if PY_VERSION_HEX < 0x030c0000
 #include <structmember.h>
 #define Py_T_PYSSIZET T_PYSSIZET
+#define Py_T_OBJECT_EX T_OBJECT_EX
 #define Py_READONLY READONLY
 #endif
 
@@ -93,5 +94,17 @@ PyErr_SetRaisedException(PyObject *exc)
                   PyException_GetTraceback(exc));
 }
 #endif
+
+/* A tuple's cached hash (3.14): "not computed yet" is -1, and a tuple
+ * subclass instance that tp_alloc zeroed would otherwise hash as 0. */
+static inline void
+tuple_reset_hash(PyObject *tuple)
+{
+#if PY_VERSION_HEX >= 0x030e0000
+    ((PyTupleObject *)tuple)->ob_hash = -1;
+#else
+    (void)tuple;
+#endif
+}
 
 #endif /* SEQLOCK_PY_COMPAT_H */

@@ -4,6 +4,7 @@
  */
 #include "module.h"
 #include "bus_guard.h"
+#include "snapshot.h"
 
 /* __reduce__ of an object that cannot be pickled or copied (a lock, a
  * record, a write section): every type of this module. */
@@ -13,6 +14,27 @@ reduce_refused(PyObject *self, PyObject *Py_UNUSED(unused))
     PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
                  Py_TYPE(self)->tp_name);
     return NULL;
+}
+
+PyObject *
+python_helper(_Atomic(PyObject *) *slot, const char *name)
+{
+    PyObject *module = atomic_load_explicit(slot, memory_order_acquire);
+    if (module != NULL) {
+        return module;
+    }
+    PyObject *imported = PyImport_ImportModule(name);
+    if (imported == NULL) {
+        return NULL;
+    }
+    PyObject *expected = NULL;
+    if (atomic_compare_exchange_strong_explicit(slot, &expected, imported,
+                                                memory_order_acq_rel,
+                                                memory_order_acquire)) {
+        return imported;
+    }
+    Py_DECREF(imported); /* the same module: another thread's */
+    return expected;
 }
 
 static int
@@ -69,6 +91,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->array_field_type);
     Py_VISIT(state->waiter_type);
     Py_VISIT(atomic_load(&state->news_module));
+    Py_VISIT(atomic_load(&state->snapshot_module));
+    Py_VISIT(atomic_load(&state->typed_module));
     return 0;
 }
 
@@ -83,6 +107,8 @@ module_clear(PyObject *module)
     Py_CLEAR(state->array_field_type);
     Py_CLEAR(state->waiter_type);
     Py_XDECREF(atomic_exchange(&state->news_module, NULL));
+    Py_XDECREF(atomic_exchange(&state->snapshot_module, NULL));
+    Py_XDECREF(atomic_exchange(&state->typed_module, NULL));
     return 0;
 }
 
@@ -118,6 +144,8 @@ reassert_bus_guard(PyObject *module, PyObject *Py_UNUSED(ignored))
 static PyMethodDef module_methods[] = {
     {"_reassert_bus_guard", reassert_bus_guard, METH_NOARGS,
      reassert_bus_guard_doc},
+    {"_snapshot_class", (PyCFunction)(void (*)(void))new_snapshot_class,
+     METH_FASTCALL, PyDoc_STR(NEW_SNAPSHOT_CLASS_DOC)},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,6 +19,9 @@ typedef struct {
     PyTypeObject *waiter_type;
     /* seqlock_py._news, imported on first use (news.c) */
     _Atomic(PyObject *) news_module;
+    /* seqlock_py._snapshot and ._typed, imported on first use (snapshot.c) */
+    _Atomic(PyObject *) snapshot_module;
+    _Atomic(PyObject *) typed_module;
 } module_state;
 
 extern PyType_Spec seqlock_type_spec;
@@ -27,6 +30,11 @@ extern PyType_Spec seqrecord_type_spec;
 extern PyType_Spec record_writer_type_spec;
 extern PyType_Spec array_field_type_spec;
 extern PyType_Spec waiter_type_spec;
+
+/* The module `name`, imported on first use and then kept in *slot (a
+ * field of the module state): one compare-and-swap decides which of two
+ * racing first imports is kept.  Borrowed, or NULL with an exception. */
+PyObject *python_helper(_Atomic(PyObject *) *slot, const char *name);
 
 /* __reduce__ of an object that cannot be pickled or copied (module.c). */
 PyObject *reduce_refused(PyObject *self, PyObject *unused);

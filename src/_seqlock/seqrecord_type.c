@@ -21,25 +21,73 @@
 #include "args.h"
 #include "memory_kind.h"
 #include "news.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <time.h>
 
 /* ---- construction ---- */
 
-static SeqRecordObject *
-record_alloc(PyTypeObject *type, PyObject *kwargs)
+/* A declaration's layout: of the typing.NamedTuple class decl if not
+ * NULL, else of the fields given as keywords. */
+static record_layout *
+declared_layout(PyTypeObject *type, PyObject *decl, PyObject *fields)
 {
-    record_layout *layout = layout_from_kwargs(kwargs);
+    if (decl == NULL) {
+        return layout_from_kwargs(fields);
+    }
+    module_state *state = PyType_GetModuleState(type);
+    PyObject *typed = state == NULL ? NULL : declared_fields(state, decl);
+    if (typed == NULL) {
+        return NULL;
+    }
+    record_layout *layout = layout_from_kwargs(typed);
+    Py_DECREF(typed);
+    return layout;
+}
+
+/* A positional declaration: NULL for None (the signatures' default). */
+static PyObject *
+no_declaration(PyObject *decl)
+{
+    return decl == Py_None ? NULL : decl;
+}
+
+/* TypeError for a declaration given both ways; -1. */
+static int
+declared_twice(const char *method)
+{
+    PyErr_Format(PyExc_TypeError,
+                 "%s() takes a typing.NamedTuple class or the fields as "
+                 "keywords, not both", method);
+    return -1;
+}
+
+static SeqRecordObject *
+record_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
+{
+    module_state *state = PyType_GetModuleState(type);
+    if (state == NULL) {
+        return NULL;
+    }
+    record_layout *layout = declared_layout(type, decl, fields);
     if (layout == NULL) {
+        return NULL;
+    }
+    PyTypeObject *snapshot_type = snapshot_class(state, layout, decl);
+    if (snapshot_type == NULL) {
+        layout_free(layout);
         return NULL;
     }
     SeqRecordObject *self = (SeqRecordObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
+        Py_DECREF(snapshot_type);
         layout_free(layout);
         return NULL;
     }
     self->layout = layout;
+    self->snapshot_type = snapshot_type;
+    self->snapshot_plain = snapshot_is_plain(snapshot_type);
     defer_refcount((PyObject *)self);
     return self;
 }
@@ -83,13 +131,21 @@ record_init_failed(int err)
 static PyObject *
 SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 0) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    PyObject *decl = nargs == 1 ? no_declaration(PyTuple_GET_ITEM(args, 0))
+                                : NULL;
+    if (nargs > 1) {
         PyErr_SetString(PyExc_TypeError,
-                        "SeqRecord() takes fields as keyword arguments only, "
-                        "e.g. SeqRecord(x='d', n='q')");
+                        "SeqRecord() takes a typing.NamedTuple class or the "
+                        "fields as keywords, e.g. SeqRecord(Pose) or "
+                        "SeqRecord(x='d', n='q')");
         return NULL;
     }
-    SeqRecordObject *self = record_alloc(type, kwargs);
+    if (decl != NULL && kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        declared_twice("SeqRecord");
+        return NULL;
+    }
+    SeqRecordObject *self = record_alloc(type, decl, kwargs);
     if (self == NULL) {
         return NULL;
     }
@@ -459,15 +515,23 @@ static PyObject *
 record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                  const char *method, int create)
 {
-    if (PyTuple_GET_SIZE(args) != 1) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs != 1 && nargs != 2) {
         PyErr_Format(PyExc_TypeError,
-                     "%s() takes one positional argument (the buffer) and "
-                     "the fields as keywords", method);
+                     "%s() takes the buffer, then a typing.NamedTuple class "
+                     "or the fields as keywords", method);
         return NULL;
     }
+    PyObject *decl = nargs == 2 ? no_declaration(PyTuple_GET_ITEM(args, 1))
+                                : NULL;
     int overwrite = 0;
     PyObject *fields = NULL; /* the fields, without overwrite= */
     if (create_args(create, kwargs, &fields, &overwrite) < 0) {
+        return NULL;
+    }
+    if (decl != NULL && fields != NULL && PyDict_GET_SIZE(fields) != 0) {
+        Py_DECREF(fields);
+        declared_twice(method);
         return NULL;
     }
     /* attach() takes read-only memory too: the record then only reads
@@ -479,7 +543,8 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
         return NULL;
     }
     int memory_kind = buffer_memory_kind(&view);
-    if (!create && (fields == NULL || PyDict_GET_SIZE(fields) == 0)) {
+    if (!create && decl == NULL
+        && (fields == NULL || PyDict_GET_SIZE(fields) == 0)) {
         /* The header is read before the record exists: refuse a
          * misaligned buffer first (its header's loads would be too). */
         if ((uintptr_t)view.buf % 8 != 0) {
@@ -496,7 +561,7 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
             return NULL;
         }
     }
-    SeqRecordObject *self = record_alloc(type, fields);
+    SeqRecordObject *self = record_alloc(type, decl, fields);
     Py_XDECREF(fields);
     if (self == NULL) {
         PyBuffer_Release(&view);
@@ -568,8 +633,11 @@ error:
 }
 
 PyDoc_STRVAR(SeqRecord_create_doc,
-"create($type, buffer, /, *, overwrite=False, **fields)\n--\n\n"
+"create($type, buffer, declaration=None, /, *, overwrite=False, **fields)\n"
+"--\n\n"
 "Lay out a new record (all fields zero) in a writable buffer and return it.\n\n"
+"The fields are keywords as for SeqRecord(), or a typing.NamedTuple class\n"
+"(declaration) whose annotations give them.\n"
 "The buffer, e.g. multiprocessing.shared_memory.SharedMemory(...).buf or\n"
 "an mmap, must hold ``SeqRecord.buffer_size(**fields)`` bytes, 8-byte\n"
 "aligned; other processes open it with SeqRecord.attach().  The record\n"
@@ -585,11 +653,12 @@ SeqRecord_create(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(SeqRecord_attach_doc,
-"attach($type, buffer, /, **fields)\n--\n\n"
+"attach($type, buffer, declaration=None, /, **fields)\n--\n\n"
 "Open the record that SeqRecord.create() laid out in buffer.\n\n"
 "Without fields, the record has the fields the buffer's header names (read\n"
-"once and checked like any caller's); with them, raises ValueError if the\n"
-"record's fields (names, formats, order) differ.  ValueError too if the\n"
+"once and checked like any caller's); with them (keywords, or a\n"
+"typing.NamedTuple class whose instances read() then returns), raises\n"
+"ValueError if the record's fields (names, formats, order) differ.  ValueError too if the\n"
 "buffer holds no record.  A read-only buffer\n"
 "(an mmap opened with ACCESS_READ or PROT_READ, a read-only memoryview)\n"
 "gives a read-only record: it reads and waits, writing no byte of the\n"
@@ -605,19 +674,27 @@ SeqRecord_attach(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(SeqRecord_buffer_size_doc,
-"buffer_size($type, /, **fields)\n--\n\n"
-"Bytes of buffer that create() needs for a record of these fields.");
+"buffer_size($type, declaration=None, /, **fields)\n--\n\n"
+"Bytes of buffer that create() needs for a record of these fields (keywords,\n"
+"or a typing.NamedTuple class).");
 
 static PyObject *
-SeqRecord_buffer_size(PyTypeObject *Py_UNUSED(type), PyObject *args,
-                      PyObject *kwargs)
+SeqRecord_buffer_size(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 0) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    PyObject *decl = nargs == 1 ? no_declaration(PyTuple_GET_ITEM(args, 0))
+                                : NULL;
+    if (nargs > 1) {
         PyErr_SetString(PyExc_TypeError,
-                        "buffer_size() takes the fields as keywords only");
+                        "buffer_size() takes a typing.NamedTuple class or "
+                        "the fields as keywords");
         return NULL;
     }
-    record_layout *layout = layout_from_kwargs(kwargs);
+    if (decl != NULL && kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        declared_twice("buffer_size");
+        return NULL;
+    }
+    record_layout *layout = declared_layout(type, decl, kwargs);
     if (layout == NULL) {
         return NULL;
     }
@@ -630,6 +707,7 @@ static int
 SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->snapshot_type);
     /* An exported memoryview the collector could clear would crash it
      * (compat.h): there, a cycle through one is kept rather than freed. */
     if (self->view.obj != NULL
@@ -803,10 +881,11 @@ static PyObject *
 call_shared(const char *method, PyTypeObject *type, PyObject *args,
             PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 1) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs < 1 || nargs > 2) {
         PyErr_Format(PyExc_TypeError,
-                     "%s() takes one positional argument (the shared "
-                     "memory's name) and the fields as keywords", method);
+                     "%s() takes the shared memory's name, then a NamedTuple "
+                     "class or the fields as keywords", method);
         return NULL;
     }
     PyObject *shared = PyImport_ImportModule("seqlock_py._shared");
@@ -818,8 +897,12 @@ call_shared(const char *method, PyTypeObject *type, PyObject *args,
     if (fn == NULL) {
         return NULL;
     }
-    PyObject *call = PyTuple_Pack(2, (PyObject *)type,
-                                  PyTuple_GET_ITEM(args, 0));
+    PyObject *call = nargs == 1
+                         ? PyTuple_Pack(2, (PyObject *)type,
+                                        PyTuple_GET_ITEM(args, 0))
+                         : PyTuple_Pack(3, (PyObject *)type,
+                                        PyTuple_GET_ITEM(args, 0),
+                                        PyTuple_GET_ITEM(args, 1));
     PyObject *rec = call == NULL ? NULL : PyObject_Call(fn, call, kwargs);
     Py_XDECREF(call);
     Py_DECREF(fn);
@@ -827,9 +910,10 @@ call_shared(const char *method, PyTypeObject *type, PyObject *args,
 }
 
 PyDoc_STRVAR(SeqRecord_create_shared_doc,
-"create_shared($type, name, /, **fields)\n--\n\n"
-"Create the named shared memory block name, of buffer_size(**fields)\n"
-"bytes, lay a new record out in it (as create()) and return the record,\n"
+"create_shared($type, name, declaration=None, /, **fields)\n--\n\n"
+"Create the named shared memory block name, of buffer_size(declaration,\n"
+"**fields) bytes (a NamedTuple class or keyword fields, as create()),\n"
+"lay a new record out in it and return the record,\n"
 "which owns the block: its close() (or with block) closes the block and\n"
 "unlinks its name.  FileExistsError if the name exists.  Other processes\n"
 "open it with SeqRecord.attach_shared(name).  If this process exits\n"
@@ -843,7 +927,7 @@ SeqRecord_create_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(SeqRecord_attach_shared_doc,
-"attach_shared($type, name, /, **fields)\n--\n\n"
+"attach_shared($type, name, declaration=None, /, **fields)\n--\n\n"
 "Open the record that SeqRecord.create_shared(name) made, as attach()\n"
 "does (fields optional: the block's header names them).  The record owns\n"
 "its mapping: close() (or a with block) closes it, never unlinking the\n"
@@ -901,6 +985,7 @@ SeqRecord_dealloc(SeqRecordObject *self)
         PyMem_Free(self->memory);
     }
     layout_free(self->layout);
+    Py_XDECREF(self->snapshot_type);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
@@ -964,8 +1049,12 @@ SeqRecord_repr(SeqRecordObject *self)
 PyDoc_STRVAR(SeqRecord_read_doc,
 "read($self, /)\n--\n\n"
 "Return one consistent snapshot: a tuple of the fields in order (an array\n"
-"field becomes a tuple, a shaped one nested tuples of its shape).  Never waits: while a write section is open\n"
-"(in any thread or process, even this thread's), the state before it.");
+"field becomes a tuple, a shaped one nested tuples of its shape) whose\n"
+"fields are also attributes, snap.x: a seqlock_py.Snapshot, or the\n"
+"declared NamedTuple class.  Read the fields that belong together from\n"
+"one snapshot: rec[x] then rec[y] are two.  Never waits: while a write\n"
+"section is open (in any thread or process, even this thread's), the\n"
+"state before it.");
 
 /* One consistent snapshot as a tuple, and its (even) sequence number. */
 static PyObject *
@@ -979,7 +1068,8 @@ values_snapshot(SeqRecordObject *self, uint64_t *seq)
     }
     PyObject *tuple = NULL;
     if (snapshot(self, buf, 0, layout->data_bytes, seq) < 0
-        || (tuple = PyTuple_New(layout->nfields)) == NULL) {
+        || (tuple = snapshot_new(self->snapshot_type, self->snapshot_plain,
+                                 layout->nfields)) == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < layout->nfields; i++) {
@@ -1433,6 +1523,9 @@ static PyMethodDef SeqRecord_methods[] = {
     {"__reduce__", reduce_refused, METH_NOARGS,
      PyDoc_STR("__reduce__($self, /)\n--\n\n"
                "Raise TypeError: a record cannot be pickled or copied.")},
+    {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS,
+     PyDoc_STR("SeqRecord[Pose] in annotations: a record whose read() "
+               "returns Pose (see PEP 585).")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1478,7 +1571,7 @@ static PyMemberDef SeqRecord_members[] = {
 };
 
 PyDoc_STRVAR(SeqRecord_doc,
-"SeqRecord(**fields)\n--\n\n"
+"SeqRecord(declaration=None, /, **fields)\n--\n\n"
 "Numeric fields held in C, with snapshots that never wait.\n\n"
 "Each keyword names a field and gives its struct format code: 'd' 'f'\n"
 "(float64/32), 'q' 'i' 'h' 'b' (signed 64/32/16/8-bit), 'Q' 'I' 'H' 'B'\n"
@@ -1487,6 +1580,11 @@ PyDoc_STRVAR(SeqRecord_doc,
 "as nested tuples, numpy's tolist() order).  Fields start at zero.\n"
 "self.format is the struct format of a snapshot, self.dtype the numpy\n"
 "dtype (np.dtype(self.format) cannot parse struct formats).\n"
+"Or a typing.NamedTuple class declares them instead (SeqRecord(Pose)):\n"
+"float is 'd', int 'q', bool '?', Annotated[T, code] any other code; its\n"
+"defaults are not applied.  read() returns a named snapshot (a tuple whose\n"
+"fields are also attributes: snap.x), or an instance of the declared\n"
+"class, made without calling its __new__ or __init__.\n"
 "The record is a latch: two copies of the numbers, writers (update,\n"
 "write) serialise and change one while readers (read, read_dict,\n"
 "rec[name], get, read_into) copy the other, so a reader never waits for\n"

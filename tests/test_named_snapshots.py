@@ -1,0 +1,193 @@
+"""Named snapshots: read() returns a tuple whose fields are also attributes.
+
+One behaviour per test; the test names read as the specification.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+import sys
+import threading
+import time
+
+import pytest
+
+from seqlock_py import SeqRecord, Snapshot
+from workers import run_threads, stress_seconds
+
+pytestmark = pytest.mark.timeout(60)
+
+FIELDS = {"x": "d", "n": "q", "ok": "?", "v": "3d"}
+
+
+@pytest.fixture
+def rec():
+    rec = SeqRecord(**FIELDS)
+    rec.update(x=1.5, n=-7, ok=True, v=(1.0, 2.0, 3.0))
+    return rec
+
+
+def test_read_returns_a_snapshot_whose_fields_are_attributes(rec):
+    snap = rec.read()
+    assert (snap.x, snap.n, snap.ok, snap.v) == (1.5, -7, True, (1.0, 2.0, 3.0))
+
+
+def test_a_snapshot_is_a_tuple_and_a_seqlock_py_snapshot(rec):
+    snap = rec.read()
+    assert isinstance(snap, tuple) and isinstance(snap, Snapshot)
+    assert type(snap).__name__ == "Snapshot"
+
+
+def test_a_snapshot_unpacks_and_indexes_like_a_tuple(rec):
+    x, n, ok, v = rec.read()
+    assert (x, n, ok, v) == (1.5, -7, True, (1.0, 2.0, 3.0))
+    snap = rec.read()
+    assert snap[0] == 1.5 and snap[-1] == (1.0, 2.0, 3.0)
+    assert snap[1:3] == (-7, True) and len(snap) == 4
+
+
+def test_a_snapshot_equals_and_hashes_as_the_plain_tuple(rec):
+    snap = rec.read()
+    plain = (1.5, -7, True, (1.0, 2.0, 3.0))
+    assert snap == plain and plain == snap and snap == rec.read()
+    assert hash(snap) == hash(plain)
+    assert {snap: 1}[plain] == 1
+
+
+def test_a_snapshots_repr_shows_the_field_names(rec):
+    assert repr(rec.read()) == "Snapshot(x=1.5, n=-7, ok=True, v=(1.0, 2.0, 3.0))"
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_snapshot_pickles_with_its_field_names(rec, protocol):
+    snap = rec.read()
+    back = pickle.loads(pickle.dumps(snap, protocol))
+    assert back == snap and back.n == -7 and type(back) is type(snap)
+
+
+def test_a_snapshot_copies_as_itself(rec):
+    snap = rec.read()
+    for copied in (copy.copy(snap), copy.deepcopy(snap)):
+        assert copied == snap and copied.x == 1.5 and isinstance(copied, Snapshot)
+
+
+def test_read_versioned_and_changes_give_named_snapshots(rec):
+    seq, snap = rec.read_versioned()
+    assert snap.x == 1.5 and seq == rec.sequence
+    _, first = next(iter(rec.changes(timeout=0)))
+    assert first.v == (1.0, 2.0, 3.0)
+
+
+def test_changes_async_gives_named_snapshots(rec):
+    import asyncio
+
+    async def first():
+        async for _, snap in rec.changes_async(timeout=0):
+            return snap
+
+    assert asyncio.run(first()).n == -7
+
+
+def test_a_snapshot_has_fields_and_asdict_as_a_namedtuple(rec):
+    snap = rec.read()
+    assert snap._fields == rec.fields
+    assert snap._asdict() == rec.read_dict()
+
+
+def test_records_with_the_same_fields_share_one_snapshot_class(rec):
+    assert type(SeqRecord(**FIELDS).read()) is type(rec.read())
+    assert type(SeqRecord(x="d").read()) is not type(rec.read())
+
+
+def test_a_snapshots_attributes_are_read_only(rec):
+    snap = rec.read()
+    with pytest.raises(AttributeError):
+        snap.x = 2.0
+    with pytest.raises(AttributeError):
+        snap.other = 2.0
+
+
+def test_a_snapshot_class_builds_snapshots_from_an_iterable(rec):
+    cls = type(rec.read())
+    made = cls([2.5, 1, False, (0.0, 0.0, 0.0)])
+    assert made.x == 2.5 and made.n == 1 and made == (2.5, 1, False, (0.0, 0.0, 0.0))
+    assert cls(()) == () and repr(cls(())) == "Snapshot()"
+
+
+def test_field_names_that_are_keywords_or_private_are_attributes():
+    snap = SeqRecord(**{"class": "d", "_private": "q", "count": "q"}).read()
+    assert getattr(snap, "class") == 0.0 and snap._private == 0
+    assert snap.count == 0  # hides tuple.count, as a namedtuple field does
+
+
+def test_a_dunder_field_name_gets_no_attribute_but_keeps_its_place():
+    rec = SeqRecord(__len__="d", x="d")
+    rec.update(__len__=4.0, x=1.0)
+    snap = rec.read()
+    assert len(snap) == 2 and snap[0] == 4.0 and snap.x == 1.0
+    assert rec["__len__"] == 4.0 and snap._asdict() == {"__len__": 4.0, "x": 1.0}
+    assert "__len__=4.0" in repr(snap)
+
+
+def test_a_snapshot_matches_class_patterns_by_field_name(rec):
+    match rec.read():
+        case Snapshot(x=x, n=n):
+            assert (x, n) == (1.5, -7)
+        case _:
+            pytest.fail("no match")
+
+
+def test_snapshots_drop_their_values_and_class_references(rec):
+    cls = type(rec.read())
+    gc.collect()
+    before = sys.getrefcount(cls)
+    snaps = [rec.read() for _ in range(1000)]
+    assert sys.getrefcount(cls) == before + 1000
+    del snaps
+    assert sys.getrefcount(cls) == before
+
+
+def test_an_attached_record_without_fields_reads_named_snapshots():
+    buf = bytearray(SeqRecord.buffer_size(**FIELDS) + 8)
+    view = memoryview(buf)[(-_address(buf)) % 8:]
+    SeqRecord.create(view, **FIELDS).update(n=3)
+    assert SeqRecord.attach(view).read().n == 3
+
+
+def _address(buf):
+    import ctypes
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+def test_one_snapshots_fields_are_consistent_while_a_writer_keeps_x_equal_y():
+    """Two fields read from one read() come from one write: a writer keeps
+    x == y, and no snapshot read() gives shows them apart.  (Two subscripts,
+    rec["x"] then rec["y"], are two snapshots and may come from two writes:
+    the docs say so; this test does not count them.)"""
+    rec = SeqRecord(x="q", y="q")
+    stop = threading.Event()
+    seconds = stress_seconds(0.5)
+
+    def role(i):
+        if i == 0:
+            k = 0
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                k += 1
+                rec.update(x=k, y=k)
+            stop.set()
+            return k
+        read = rec.read
+        reads = torn = 0
+        while not stop.is_set():
+            snap = read()
+            reads += 1
+            torn += snap.x != snap.y
+        return reads, torn
+
+    writes, *readers = run_threads(3, role)
+    assert writes > 0
+    assert sum(reads for reads, _ in readers) > 0
+    assert sum(torn for _, torn in readers) == 0
