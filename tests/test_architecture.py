@@ -15,7 +15,7 @@ MAP = ROOT / "ARCHITECTURE.md"
 #: Folders whose every file is on the map (what is built or generated in
 #: them is not: compiled objects, caches, the C tests' binaries).
 MAPPED = ["src/libseqlock", "src/_seqlock", "seqlock_py", "tools",
-          "benchmarks", "tests/c", "tests"]
+          "benchmarks", "tests/c", "tests", "examples"]
 GENERATED = ["*.so", "*.pyc", "*.o"]
 
 pytestmark = pytest.mark.skipif(not MAP.exists(), reason="no ARCHITECTURE.md here")
