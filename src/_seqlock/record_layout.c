@@ -937,6 +937,14 @@ struct_format_matches(const record_layout *layout, const char *fmt)
 int
 buffer_fits_record(const record_layout *layout, const Py_buffer *view)
 {
+    /* Plain contiguous bytes (a bytearray, a memoryview of bytes), the
+     * common case, at once: read_into() is the cheapest read there is. */
+    if ((view->format == NULL
+         || (view->format[0] == 'B' && view->format[1] == '\0'))
+        && view->itemsize == 1 && view->ndim <= 1
+        && (view->strides == NULL || view->strides[0] == 1)) {
+        return 0;
+    }
     const char *format = view->format == NULL ? "B" : view->format;
     const char *rest;
     char kind = buffer_code_kind(format, &rest);
