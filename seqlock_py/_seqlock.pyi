@@ -1,5 +1,6 @@
 """Type stubs for the seqlock_py._seqlock extension module."""
 
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import Any, Generic, Literal, ParamSpec, final, overload
@@ -226,8 +227,9 @@ class ArrayField:
     def __iter__(self) -> Iterator[Any]: ...
     def tolist(self) -> list[Any]:
         """The field's value in this section as a list (nested lists for a shape)."""
-    def __buffer__(self, flags: int, /) -> memoryview:
-        """A writable view of the section's copy of the field (committed with the section)."""
+    if sys.version_info >= (3, 12):  # the buffer protocol shows as a method from 3.12
+        def __buffer__(self, flags: int, /) -> memoryview:
+            """A writable view of the section's copy of the field (committed with the section)."""
 
 @final
 class _Waiter:

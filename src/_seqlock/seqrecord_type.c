@@ -911,10 +911,10 @@ call_shared(const char *method, PyTypeObject *type, PyObject *args,
 
 PyDoc_STRVAR(SeqRecord_create_shared_doc,
 "create_shared($type, name, declaration=None, /, **fields)\n--\n\n"
-"Create the named shared memory block name, of buffer_size(declaration,\n"
-"**fields) bytes (a NamedTuple class or keyword fields, as create()),\n"
-"lay a new record out in it and return the record,\n"
-"which owns the block: its close() (or with block) closes the block and\n"
+"Create the named shared memory block name, as large as buffer_size()\n"
+"says for the NamedTuple class or the keyword fields (as create() takes\n"
+"them), lay a new record out in it and return the record, which owns\n"
+"the block: its close() (or with block) closes the block and\n"
 "unlinks its name.  FileExistsError if the name exists.  Other processes\n"
 "open it with SeqRecord.attach_shared(name).  If this process exits\n"
 "without close(), the standard library's resource tracker unlinks the\n"
