@@ -202,6 +202,10 @@ def test_waiting_thread_uses_almost_no_cpu_and_lets_other_threads_run(subject):
 
 def test_ctrl_c_interrupts_a_main_thread_waiting_for_a_write(subject):
     assert threading.current_thread() is threading.main_thread()
+    # Python's own Ctrl-C handler, whatever the test run inherited, and a
+    # finite wait: a lost signal fails here, saying what the thread had.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     seq, _ = subject.read_versioned()
     timer = threading.Timer(0.2, signal.pthread_kill,
                             (threading.main_thread().ident, signal.SIGINT))
@@ -209,10 +213,12 @@ def test_ctrl_c_interrupts_a_main_thread_waiting_for_a_write(subject):
     start = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            subject.obj.wait(seq)
-            pytest.fail("wait() returned without a write")
+            subject.obj.wait(seq, 10)
+            pytest.fail(f"wait() returned without a write or Ctrl-C (signals "
+                        f"blocked in this thread: {sorted(blocked)})")
     finally:
         timer.join()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < WOKEN
     subject.write(1)
     assert subject.obj.wait(seq, 0) is True
