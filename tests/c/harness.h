@@ -5,7 +5,7 @@
  * threads (holders, waiters, sleepers), child processes, records in memory
  * shared between processes, and the calling thread's signal mask.
  *
- * Each test_*.c file specifies one behaviour of seqlock.h or record.h: its
+ * Each test_*.c file specifies one behaviour of a core header: its
  * test_* functions each check one promise from the header's comments, and
  * its table of them, registered with REGISTER_TESTS(), runs in the one
  * program bin/test_api, linked from harness.c and every test_*.c (the

@@ -1,8 +1,9 @@
 /*
  * record_form.h - the validators' record: word[i] = a + i*K for i <
  * RECORD_WORDS, so every word follows from the first and a copy mixing two
- * writes breaks the form.  Shared by stress.c, latch_stress.c and
- * harness.h, which set RECORD_WORDS before including it.
+ * writes breaks the form.  Shared by stress.c, latch_stress.c,
+ * ring_stress.c and harness.h, which set RECORD_WORDS before including
+ * it.
  */
 #ifndef RECORD_FORM_H
 #define RECORD_FORM_H

@@ -1,6 +1,6 @@
 /*
- * validator.h - what the two validators, stress.c and latch_stress.c,
- * share outside their checks: the command line, "[seconds [readers]]" for
+ * validator.h - what the validators, stress.c, latch_stress.c and
+ * ring_stress.c, share outside their checks: the command line, "[seconds [readers]]" for
  * each of their two phases (defaults: 1 second, 4 readers), and the last
  * line, "N passed, M failed" over those phases (tools/test_summary.py adds
  * these up).
