@@ -577,6 +577,10 @@ ring_available(const ring_reader *r, const ring_view *v)
  * head before its section's end steps the count (release fences): so if
  * head did not count the entry yet, the count loaded is older than that
  * step, and the wait for a change from it ends at the step at the latest.
+ * A writer that died after storing head but before that step delivered
+ * its entry without waking anyone: the wait sleeps in slices of
+ * SEQLOCK_WAITER_NAP_MS and looks at head after each, so such an entry
+ * is seen within one.
  * Writes nothing shared with SEQLOCK_WAIT_READ_ONLY; async-signal-safe.
  */
 static inline int
@@ -589,10 +593,18 @@ ring_wait(const ring_reader *r, const ring_view *v, int64_t timeout_ns,
         if (ring_available(r, v)) {
             return 0;
         }
+        int64_t left = seqlock_time_left(deadline);
+        int64_t slice = SEQLOCK_WAITER_NAP_MS * 1000000LL;
+        if (left >= 0 && left < slice) {
+            slice = left;
+        }
         uint64_t now;
         int err = seqlock_wait_for_change_flags(
-            v->lock, c & ~(uint64_t)1, seqlock_time_left(deadline), cancel,
+            v->lock, c & ~(uint64_t)1, slice, cancel,
             flags | SEQLOCK_WAIT_THROUGH_DEATH, &now);
+        if (err == ETIMEDOUT && slice != left) {
+            continue; /* a slice ended, not the wait: look at head */
+        }
         if (err != 0) {
             return err;
         }

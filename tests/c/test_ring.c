@@ -945,6 +945,33 @@ test_ring_wait_is_woken_by_an_append_from_another_process(void)
     CHECK(got == RING_ENTRY && seq == 0 && is_entry(e, 0));
 }
 
+static void
+test_ring_wait_sees_an_entry_whose_writer_died_before_waking_anyone(void)
+{
+    struct test_ring t;
+    CHECK(ring_new(&t, 4));
+    struct ring_waiter w = {.v = &t.v};
+    ring_reader_init(&w.r, &t.v, 0);
+    CHECK(pthread_create(&w.thread, NULL, ring_waiter_main, &w) == 0);
+    while (!atomic_load(&w.waiting)) {
+        sched_yield();
+    }
+    /* It dies after storing head, inside its section: no wake-up. */
+    struct dying_writer d = {&t, AFTER_HEAD};
+    pid_t pid = start_child(append_until_killed, &d);
+    for (int i = 0; i < 5000 && !atomic_load(t.step); i++) {
+        sleep_ms(1);
+    }
+    int killed = kill_child(pid);
+    pthread_join(w.thread, NULL);
+    uint64_t e[WORDS], seq = 99;
+    int got = ring_read_next(&w.r, &t.v, e, &seq);
+    ring_free(&t);
+    CHECK(killed);
+    CHECK(w.err == 0); /* not ETIMEDOUT: seen within a nap */
+    CHECK(got == RING_ENTRY && seq == 0 && is_entry(e, 0));
+}
+
 /* ---- registration ---- */
 
 static const struct test tests[] = {
@@ -1007,6 +1034,8 @@ static const struct test tests[] = {
     TEST(test_ring_wait_is_cancelled_by_its_cancel_flag, PLAIN),
     TEST(test_ring_wait_is_woken_by_an_append_from_another_thread, PLAIN),
     TEST(test_ring_wait_is_woken_by_an_append_from_another_process,
+         FORKS_OR_SIGNALS),
+    TEST(test_ring_wait_sees_an_entry_whose_writer_died_before_waking_anyone,
          FORKS_OR_SIGNALS),
 };
 REGISTER_TESTS(tests)
