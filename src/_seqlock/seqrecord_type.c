@@ -1153,7 +1153,8 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 "or 0-d), or holds elements of the record's only element type (a record\n"
 "of '16d' into numpy.empty(16)).  TypeError for any other typed buffer\n"
 "(np.empty(1002) for a record of 'q' and '1000d' would mix int64 bits\n"
-"into floats), ValueError if it is smaller than self.nbytes or strided.\n\n"
+"into floats), ValueError if it is smaller than self.nbytes, strided, or\n"
+"a view of the record's own memory (numpy.frombuffer(shm.buf)).\n\n"
 "With field=name, copy that one array field's consistent value into a\n"
 "C-contiguous buffer of its element type and shape (a numpy array of\n"
 "dtype self.dtype[name].base and shape self.dtype[name].shape): no\n"
@@ -1205,6 +1206,19 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
         PyErr_Format(PyExc_ValueError,
                      "buffer too small: a snapshot takes %zu bytes, the "
                      "buffer has %zd", n, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    /* A view of the record itself (np.frombuffer(shm.buf)) is no place
+     * for a copy: it would overwrite what every process reads.  (Another
+     * mapping of the same memory cannot be told from here.) */
+    uintptr_t mine = (uintptr_t)self->rec.view.header;
+    uintptr_t dst = (uintptr_t)view.buf;
+    if (dst < mine + layout_record_size(self->layout) && mine < dst + n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "read_into() cannot copy into the record's own "
+                        "memory (a view of the buffer the record lives "
+                        "in): give it a buffer of its own");
         PyBuffer_Release(&view);
         return NULL;
     }
