@@ -142,7 +142,10 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
         if not _stop_at_exit_registered:
             # Before the interpreter joins its threads (concurrent.futures
             # uses the same hook for the same purpose).
-            getattr(threading, "_register_atexit")(_stop_watchers)
+            try:
+                getattr(threading, "_register_atexit")(_stop_watchers)
+            except RuntimeError:  # joined already: an atexit handler calls
+                raise RuntimeError("can't wait_async at interpreter shutdown") from None
             _stop_at_exit_registered = True
         watch = _watches.get(id(owner))
         if watch is None:

@@ -411,6 +411,32 @@ def test_watchers_asleep_with_nothing_to_wake_them_do_not_hold_the_exit_up():
     assert code == 0 and "watchers 2" in out and "exiting" in out, out
 
 
+ATEXIT_WAIT_SCRIPT = """
+import asyncio, atexit
+from seqlock_py import SeqRecord
+rec = SeqRecord(x="q")
+def at_exit():
+    async def main():
+        try:
+            await rec.wait_async(rec.sequence, timeout=1.0)
+        except RuntimeError as exc:
+            print("raised:", exc, flush=True)
+    asyncio.run(main())
+atexit.register(at_exit)
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_wait_async_in_an_atexit_handler_raises_a_runtime_error_naming_the_shutdown():
+    """Failed: the first wait_async of a process, in an atexit handler,
+    raised threading's "can't register atexit after shutdown", which names
+    neither wait_async nor what happened."""
+    code, out = run_python(ATEXIT_WAIT_SCRIPT, timeout=30)
+    assert code == 0, out
+    assert "raised: can't wait_async at interpreter shutdown" in out, out
+
+
 # ---- changes() from two threads ----------------------------------------------
 
 
