@@ -831,7 +831,8 @@ PyDoc_STRVAR(SeqRecord_create_shared_doc,
 "Create the named shared memory block name, of buffer_size(**fields)\n"
 "bytes, lay a new record out in it (as create()) and return the record,\n"
 "which owns the block: its close() (or with block) closes the block and\n"
-"unlinks its name.  FileExistsError if the name exists.  Other processes\n"
+"unlinks its name.  FileExistsError if the name exists, ValueError if it\n"
+"is not ASCII (the resource tracker's limit).  Other processes\n"
 "open it with SeqRecord.attach_shared(name).  If this process exits\n"
 "without close(), the standard library's resource tracker unlinks the\n"
 "name at its exit (the block lives on while others map it).");
