@@ -132,7 +132,7 @@ typedef struct {
     size_t len;
     const record_layout *layout;
     enum record_mismatch mismatch;
-    uint32_t version, lock_abi;
+    uint32_t version, lock_abi, data_bytes;
     size_t quoted; /* bytes of layout text in quote */
     char quote[QUOTED_LAYOUT_BYTES];
 } header_check;
@@ -150,6 +150,7 @@ check_header(void *arg)
     if (c->len >= RECORD_HEADER_SIZE) {
         c->version = h->version;
         c->lock_abi = h->lock_abi;
+        c->data_bytes = h->data_bytes;
         /* The found layout text, only the part inside the buffer: its
          * layout_bytes is the other record's, not ours, read once. */
         size_t room = c->len - RECORD_HEADER_SIZE;
@@ -203,6 +204,17 @@ mismatch_error(const header_check *c)
                      c->lock_abi, RECORD_LOCK_ABI);
         return -1;
     default: {
+        if (c->quoted == (size_t)PyBytes_GET_SIZE(layout->descriptor)
+            && memcmp(c->quote, PyBytes_AS_STRING(layout->descriptor),
+                      c->quoted) == 0) {
+            /* The same text: the header's data size is what differs. */
+            PyErr_Format(PyExc_ValueError,
+                         "the buffer's SeqRecord header gives a data size of "
+                         "%u bytes, its layout text %R needs %zu "
+                         "(overwritten?)", c->data_bytes, layout->descriptor,
+                         layout->data_bytes);
+            return -1;
+        }
         PyObject *other = PyBytes_FromStringAndSize(c->quote,
                                                     (Py_ssize_t)c->quoted);
         if (other != NULL) {
@@ -223,7 +235,7 @@ static int
 attach_mismatch(const bound_record *guard, const record_header *found,
                 size_t len, const record_layout *layout)
 {
-    header_check c = {found, len, layout, RECORD_NO_MAGIC, 0, 0, 0, {0}};
+    header_check c = {found, len, layout, RECORD_NO_MAGIC, 0, 0, 0, 0, {0}};
     int unused;
     if (call_guarded(guard, check_header, &c, &unused) < 0) {
         return -1;
@@ -358,7 +370,7 @@ stored_fields(const Py_buffer *view, int memory_kind)
     bound_record guard = buffer_guard(view, memory_kind);
     stored_layout s = {
         .check = {view->buf, (size_t)view->len, NULL, RECORD_NO_MAGIC, 0, 0,
-                  0, {0}},
+                  0, 0, {0}},
         .text = PyMem_Malloc(MAX_STORED_LAYOUT_BYTES),
     };
     if (s.text == NULL) {
