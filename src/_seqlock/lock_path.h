@@ -41,6 +41,8 @@ typedef struct {
     _Atomic uint64_t held_refs; /* references taken so through this
                               binding and not given back: any but the
                               holder's own are a dead thread's */
+    _Atomic unsigned held_forks; /* in_use_forks_ when the holder took it:
+                              another count, a thread the fork left */
     read_budget budget;
     seqlock_private_t private; /* tracked if the memory is private */
 } bound_lock;

@@ -678,6 +678,29 @@ typedef enum {
     UNKNOWN_USE,   /* OSError from membarrier() */
 } record_use;
 
+/* Whether a write section opened through the record is open.  One taken
+ * before a fork (another count of in_use_forks_) is open in the child
+ * only if the forking thread took it: in private memory it goes on there
+ * (fork.c), locked, and a section other threads of the parent held was
+ * undone; in shared memory the child holds none.  No thread here could
+ * end the others: close() does not wait for them (the lock's next holder
+ * gives their references back).  held_refs is read first, with acquire:
+ * its holder stored held_forks before it. */
+static int
+section_open(const SeqRecordObject *self)
+{
+    if (atomic_load_explicit(&self->lock.held_refs, memory_order_acquire)
+        == 0) {
+        return 0;
+    }
+    if (atomic_load_explicit(&self->lock.held_forks, memory_order_relaxed)
+        == atomic_load_explicit(&in_use_forks_, memory_order_relaxed)) {
+        return 1;
+    }
+    return self->lock.private.next != NULL /* tracked: private memory */
+           && seqlock_is_locked(self->rec.view.lock);
+}
+
 /* Wait, detached, until no thread is inside a call that touches the
  * record (record_pin()), waking its waiters meanwhile: they look at
  * closed and leave.  The lock's held_refs tells of a write section opened
@@ -694,8 +717,7 @@ wait_until_unused(SeqRecordObject *self)
     bound_record *r = &self->rec;
     int64_t nap_ns = 20 * 1000;
     for (;;) {
-        uint64_t before = atomic_load_explicit(&self->lock.held_refs,
-                                               memory_order_acquire);
+        int before = section_open(self);
         int where = in_use_where(r);
         if (where == IN_USE_UNKNOWN) {
             PyErr_SetFromErrno(PyExc_OSError);
@@ -705,10 +727,9 @@ wait_until_unused(SeqRecordObject *self)
             return USED_HERE;
         }
         if (where == IN_USE_NOWHERE) {
-            uint64_t after = atomic_load_explicit(&self->lock.held_refs,
-                                                  memory_order_acquire);
-            if ((before == 0) == (after == 0)) {
-                return after != 0 ? SECTION_OPEN : UNUSED;
+            int after = section_open(self);
+            if (before == after) {
+                return after ? SECTION_OPEN : UNUSED;
             }
             continue; /* a section opened or closed meanwhile */
         }
