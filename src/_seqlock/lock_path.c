@@ -69,7 +69,6 @@ bound_lock_init(bound_lock *b, seqlock_t *sl, const bound_record *record,
     b->record = record;
     b->object = owner;
     atomic_init(&b->held_refs, 0);
-    atomic_init(&b->held_forks, 0);
     read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
     b->private.next = b->private.prev = NULL;
     if ((memory & BOUND_PRIVATE) && !(memory & BOUND_READ_ONLY)) {
@@ -304,12 +303,8 @@ static void
 keep_owner(bound_lock *b)
 {
     Py_INCREF(b->object);
-    atomic_store_explicit(&b->held_forks,
-                          atomic_load_explicit(&in_use_forks_,
-                                               memory_order_relaxed),
-                          memory_order_relaxed);
     uint64_t stale = atomic_exchange_explicit(&b->held_refs, 1,
-                                              memory_order_acq_rel);
+                                              memory_order_relaxed);
     for (; stale > 0; stale--) {
         Py_DECREF(b->object); /* never the last: ours is taken */
     }

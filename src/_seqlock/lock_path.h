@@ -27,6 +27,10 @@ typedef struct {
      * the memory, which close() lets go once no thread is inside one
      * (record_pin()). */
     _Atomic uint32_t closed;
+    /* in_use_forks_ when a write section through it was last opened
+     * (begin_write(), pinned): another count means that a thread the
+     * fork left behind opened it. */
+    _Atomic uint32_t held_forks;
 } bound_record;
 
 enum { RECORD_OPEN = 0, RECORD_CLOSING = 1, RECORD_CLOSED = 2 };
@@ -41,8 +45,6 @@ typedef struct {
     _Atomic uint64_t held_refs; /* references taken so through this
                               binding and not given back: any but the
                               holder's own are a dead thread's */
-    _Atomic unsigned held_forks; /* in_use_forks_ when the holder took it:
-                              another count, a thread the fork left */
     read_budget budget;
     seqlock_private_t private; /* tracked if the memory is private */
 } bound_lock;

@@ -678,14 +678,15 @@ typedef enum {
     UNKNOWN_USE,   /* OSError from membarrier() */
 } record_use;
 
-/* Whether a write section opened through the record is open.  One taken
- * before a fork (another count of in_use_forks_) is open in the child
- * only if the forking thread took it: in private memory it goes on there
- * (fork.c), locked, and a section other threads of the parent held was
- * undone; in shared memory the child holds none.  No thread here could
- * end the others: close() does not wait for them (the lock's next holder
- * gives their references back).  held_refs is read first, with acquire:
- * its holder stored held_forks before it. */
+/* Whether a write section opened through the record is open.  One
+ * opened before a fork (held_forks is another count of in_use_forks_) is
+ * open in the child only if the forking thread opened it: in private
+ * memory it goes on there (fork.c), locked, and a section other threads
+ * of the parent held was undone; in shared memory the child holds none.
+ * No thread here could end the others: close() does not wait for them
+ * (the lock's next holder gives their references back).  Both words are
+ * stored inside the opener's pin, so the caller's reads before and after
+ * its look at the slots see them (wait_until_unused()). */
 static int
 section_open(const SeqRecordObject *self)
 {
@@ -693,7 +694,7 @@ section_open(const SeqRecordObject *self)
         == 0) {
         return 0;
     }
-    if (atomic_load_explicit(&self->lock.held_forks, memory_order_relaxed)
+    if (atomic_load_explicit(&self->rec.held_forks, memory_order_relaxed)
         == atomic_load_explicit(&in_use_forks_, memory_order_relaxed)) {
         return 1;
     }
