@@ -146,7 +146,10 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
         if not _stop_at_exit_registered:
             # Before the interpreter joins its threads (concurrent.futures
             # uses the same hook for the same purpose).
-            getattr(threading, "_register_atexit")(_stop_watchers)
+            try:
+                getattr(threading, "_register_atexit")(_stop_watchers)
+            except RuntimeError:  # joined already: an atexit handler calls
+                raise RuntimeError("can't wait_async at interpreter shutdown") from None
             _stop_at_exit_registered = True
         watch = _watches.get(id(owner))
         if watch is None:
@@ -306,20 +309,6 @@ def _stop_watchers() -> None:
         while thread is not None and thread.is_alive():
             waiter.cancel()
             thread.join(0.05)
-
-
-def _owner_closed(owner: Any) -> None:
-    """owner was closed: its pending awaited waits raise ValueError and its
-    watcher leaves (news_owner_closed() calls this)."""
-    with _lock:
-        watch = _watches.get(id(owner))
-        if watch is None:
-            return
-        watch.waiter.cancel()
-        watch.ended = True
-        answers = _end_watch(watch)
-    kind = "lock" if type(owner).__name__ == "SeqLock" else "record"
-    _deliver(answers, ValueError(f"the {kind} is closed"))
 
 
 def _forget_watchers_in_child() -> None:

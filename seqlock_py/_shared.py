@@ -57,8 +57,11 @@ def _owned(rec: Any, closer: Callable[[], None]) -> Any:
 
 def create_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any) -> Any:
     """cls.create() in a new shared memory block named name."""
-    if not isinstance(name, str):
-        raise TypeError(f"create_shared() needs the block's name as a str, not {type(name).__name__}")
+    _check_name("create_shared", name)
+    if not name.isascii():
+        # The resource tracker takes ASCII only: SharedMemory() would make
+        # the block, fail to register it and leave it for good.
+        raise ValueError(f"create_shared() needs an ASCII name, not {name!r}")
     size = cls.buffer_size(declaration, **fields)
     shm = shared_memory.SharedMemory(name=name, create=True, size=size)
     try:
@@ -72,8 +75,7 @@ def create_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any
 
 def attach_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any) -> Any:
     """cls.attach() to the shared memory block named name, untracked."""
-    if not isinstance(name, str):
-        raise TypeError(f"attach_shared() needs the block's name as a str, not {type(name).__name__}")
+    _check_name("attach_shared", name)
     segment = _open_untracked(name)
     try:
         rec = cls.attach(segment.buf if _TRACK_FALSE else segment, declaration, **fields)
@@ -81,6 +83,13 @@ def attach_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any
         segment.close()
         raise
     return _owned(rec, _closer(segment, unlink=False))
+
+
+def _check_name(method: str, name: Any) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{method}() needs the block's name as a str, not {type(name).__name__}")
+    if "\0" in name:  # 3.11's shm_open() cut the name there: another block
+        raise ValueError(f"{method}(): embedded null character in the name {name!r}")
 
 
 def _closer(segment: Any, *, unlink: bool) -> Callable[[], None]:

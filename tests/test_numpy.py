@@ -13,6 +13,7 @@ import array
 import subprocess
 import sys
 import textwrap
+from multiprocessing import shared_memory
 
 import pytest
 
@@ -107,6 +108,31 @@ def test_read_into_refuses_a_structured_array_with_other_names(rec):
 def test_read_into_refuses_a_strided_array(rec):
     with pytest.raises(ValueError, match="C-contiguous"):
         rec.read_into(np.zeros(4, rec.dtype)[::2])
+
+
+@pytest.mark.parametrize("field", [None, "state"])
+def test_read_into_refuses_a_buffer_inside_the_records_own_memory(field):
+    # np.frombuffer(shm.buf): a view of the record itself, not a copy of it;
+    # copying a snapshot there would overwrite the header, lock or copies
+    # every process reads.
+    fields = {"n": "q", "state": "4d"}
+    shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(**fields))
+    try:
+        with SeqRecord.create(shm.buf, **fields) as rec:
+            rec.update(n=1, state=np.arange(4.0))
+            before = bytes(shm.buf)
+            mine = np.frombuffer(shm.buf, np.uint8) if field is None else np.frombuffer(shm.buf, np.float64, 4)
+            try:
+                with pytest.raises(ValueError, match="own memory"):
+                    rec.read_into(mine, field=field)
+            finally:
+                del mine
+            assert bytes(shm.buf) == before
+        with SeqRecord.attach(shm.buf) as again:
+            assert again.read() == (1, (0.0, 1.0, 2.0, 3.0))
+    finally:
+        shm.close()
+        shm.unlink()
 
 
 def test_read_into_takes_raw_bytes_as_before(rec):

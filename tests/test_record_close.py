@@ -316,6 +316,68 @@ def test_close_in_a_forked_child_is_not_held_up_by_the_parents_readers():
     assert code == 0, report
 
 
+@pytest.mark.parametrize("memory", ["shared", "private"])
+def test_close_in_a_forked_child_is_not_refused_for_a_section_a_parents_thread_holds(memory):
+    """A parent's thread inside a write section at the fork is no thread
+    of the child: nothing there can end that section, so the child's
+    close() does not wait for it.  It raised BufferError ("a write section
+    opened through it is open") in the child for good."""
+    from process_helpers import in_forked_child
+
+    block = None
+    if memory == "shared":
+        block = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="d"))
+        rec = SeqRecord.create(block.buf, x="d")
+    else:
+        rec = SeqRecord(x="d")
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder():
+        with rec.write() as w:
+            w.x = 1.0
+            inside.set()
+            leave.wait(LONG)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+
+    def check():
+        rec.close()
+        return rec.closed
+
+    try:
+        assert inside.wait(LONG)
+        code, report = in_forked_child(check)
+    finally:
+        leave.set()
+        join_in_time(thread)
+        rec.close()
+        if block is not None:
+            block.close()
+            block.unlink()
+    assert code == 0, report
+    assert rec.closed
+
+
+def test_close_in_a_forked_child_still_refuses_the_section_its_own_thread_goes_on_with():
+    """Forked inside a write section of a private record, the child's
+    thread goes on with it (its lock repaired as the child's): close()
+    there raises BufferError as in the parent, until the with block ends."""
+    from process_helpers import in_forked_child
+
+    rec = SeqRecord(x="d")
+
+    def check():
+        with pytest.raises(BufferError, match="write section"):
+            rec.close()
+        return not rec.closed
+
+    with rec.write() as w:
+        w.x = 1.0
+        code, report = in_forked_child(check)
+    assert code == 0, report
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
 def test_close_from_a_signal_handler_inside_the_records_own_wait_raises_buffer_error(shm):
     rec = SeqRecord.create(shm.buf, **FIELDS)

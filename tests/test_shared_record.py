@@ -92,6 +92,28 @@ def test_attach_shared_with_other_fields_raises_and_maps_nothing(name):
             SeqRecord.attach_shared(name, y="q")
 
 
+def test_create_shared_of_a_non_ascii_name_raises_value_error_and_leaves_no_block(name):
+    # The resource tracker takes ASCII names only: SharedMemory() made the
+    # block, then failed to register it, and nothing unlinked it.
+    odd = name + "\u00e9"
+    try:
+        with pytest.raises(ValueError, match="ASCII"):
+            SeqRecord.create_shared(odd, x="d")
+        assert not exists(odd)
+    finally:
+        if exists(odd):
+            os.unlink(os.path.join("/dev/shm", odd))
+
+
+@pytest.mark.parametrize("method", ["create_shared", "attach_shared"])
+def test_a_name_with_a_null_character_raises_value_error(name, method):
+    # 3.11's shm_open() cut the name at the NUL: "a\0b" opened "a".
+    with SeqRecord.create_shared(name, x="d"):
+        with pytest.raises(ValueError, match="null"):
+            getattr(SeqRecord, method)(name + "\0other", x="d")
+        assert exists(name)
+
+
 CREATOR = """
 import os, sys
 from seqlock_py import SeqRecord

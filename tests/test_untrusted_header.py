@@ -46,6 +46,28 @@ BIG = dict(x="d", v="100d")  # 808 bytes of data: more than a 512-byte stack scr
 BEFORE = (1.0, tuple(float(i) for i in range(100)))
 
 
+@pytest.mark.parametrize("fields", [None, {"x": "f", "v": "(2,3)f"}], ids=["stored", "given"])
+def test_attach_says_the_data_size_disagrees_when_the_layout_text_was_rewritten_to_agree(fields):
+    """Another process rewrote the stored layout "x:d;..." to "x:f;..."
+    (same length): the text now names fields of 4 bytes less than the
+    header's data size.  attach() refuses it, saying so; it said "expected
+    b'x:f;v:(2,3)f', found b'x:f;v:(2,3)f'", two equal texts."""
+    from record_helpers import LAYOUT_TEXT_OFFSET
+
+    block = shared_memory_block(SeqRecord.buffer_size(x="d", v="(2,3)f"))
+    try:
+        mem = map_shared_memory(block.name)
+        with SeqRecord.create(memoryview(mem), x="d", v="(2,3)f"):
+            pass
+        assert mem[LAYOUT_TEXT_OFFSET:LAYOUT_TEXT_OFFSET + 3] == b"x:d"
+        mem[LAYOUT_TEXT_OFFSET + 2] = ord("f")
+        with pytest.raises(ValueError, match=r"data size .*\b32\b.*\b28\b"):
+            SeqRecord.attach(memoryview(mem), **(fields or {}))
+        mem.close()
+    finally:
+        block.unlink()
+
+
 # ---------------------------------------------------------------------------
 # 1. The geometry is private: fixed at attach(), never read from the buffer
 #    again.

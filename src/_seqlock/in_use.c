@@ -19,6 +19,7 @@
 
 _Thread_local in_use_thread *in_use_mine_;
 _Atomic int in_use_asymmetric_;
+_Atomic unsigned in_use_forks_;
 
 /* Register for expedited membarrier(): 1 if closers may use it. */
 static int
@@ -82,6 +83,7 @@ thread_exits(void *slots)
 static void
 forked_child(void)
 {
+    atomic_fetch_add(&in_use_forks_, 1);
     /* A child is a new memory map: its registration starts afresh. */
     if (atomic_load(&in_use_asymmetric_) && !register_membarrier()) {
         atomic_store(&in_use_asymmetric_, 0);

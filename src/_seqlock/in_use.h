@@ -60,6 +60,12 @@ extern _Thread_local in_use_thread *in_use_mine_;
  * there but the forking one). */
 extern _Atomic int in_use_asymmetric_;
 
+/* Forks this process descends from (bumped in a fork's child): a write
+ * section taken in another generation was taken by a thread the fork
+ * left behind, which nothing here can end (close() does not wait for
+ * it). */
+extern _Atomic unsigned in_use_forks_;
+
 /* The reader's half of the fence pair (the closer's: in_use_where()). */
 static inline void
 in_use_light_fence(void)

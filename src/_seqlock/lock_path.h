@@ -27,6 +27,10 @@ typedef struct {
      * the memory, which close() lets go once no thread is inside one
      * (record_pin()). */
     _Atomic uint32_t closed;
+    /* in_use_forks_ when a write section through it was last opened
+     * (begin_write(), pinned): another count means that a thread the
+     * fork left behind opened it. */
+    _Atomic uint32_t held_forks;
 } bound_record;
 
 enum { RECORD_OPEN = 0, RECORD_CLOSING = 1, RECORD_CLOSED = 2 };

@@ -300,30 +300,6 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
     return coroutine;
 }
 
-int
-news_owner_closed(PyObject *owner, bound_lock *b)
-{
-    /* Sleepers in wait() look again (every process's: a spurious wake-up
-     * costs them a look at the count); the watcher's pending futures are
-     * answered with the error. */
-    seqlock_wake_waiters(b->sl);
-    module_state *state = PyType_GetModuleState(Py_TYPE(owner));
-    if (state == NULL) {
-        return -1;
-    }
-    if (atomic_load_explicit(&state->news_module, memory_order_acquire)
-        == NULL) {
-        return 0; /* never imported: no awaited wait in this interpreter */
-    }
-    PyObject *call[] = {owner};
-    PyObject *done = call_news(owner, "_owner_closed", call, 1);
-    if (done == NULL) {
-        return -1;
-    }
-    Py_DECREF(done);
-    return 0;
-}
-
 PyObject *
 news_changes(const char *name, PyObject *owner, PyObject *args,
              PyObject *kwargs)

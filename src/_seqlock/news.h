@@ -48,13 +48,6 @@ PyObject *news_waiter(PyObject *owner, bound_lock *b, PyObject *args,
 /* wait_async(seq, timeout=None): seqlock_py._news.wait_async's coroutine,
  * its arguments checked now rather than at the first await. */
 PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);
-/* The close() hook: every wait of this process on owner looks again and
- * every pending wait_async of this interpreter on owner raises
- * ValueError("the record is closed") (seqlock_py._news._owner_closed).
- * A sleeper in wait() wakes, finds the count unchanged and sleeps again
- * unless it passed a cancel flag that close() has set first.  Call with
- * the GIL, after marking owner closed.  0, or -1 with an exception. */
-int news_owner_closed(PyObject *owner, bound_lock *b);
 /* changes(*, timeout=None) or changes_async(*, timeout=None) (name): the
  * generator of seqlock_py._news of that name, its timeout checked now. */
 PyObject *news_changes(const char *name, PyObject *owner, PyObject *args,

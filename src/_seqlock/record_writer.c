@@ -176,6 +176,10 @@ begin_write(SeqRecordObject *self, int64_t timeout_ns)
     lock_status status = lock_write(&self->lock, timeout_ns);
     if (status > LOCK_TIMED_OUT) {
         atomic_fetch_add_explicit(&self->sections, 1, memory_order_relaxed);
+        atomic_store_explicit(&self->rec.held_forks,
+                              atomic_load_explicit(&in_use_forks_,
+                                                   memory_order_relaxed),
+                              memory_order_relaxed);
     }
     return status;
 }

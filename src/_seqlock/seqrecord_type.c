@@ -188,7 +188,7 @@ typedef struct {
     size_t len;
     const record_layout *layout;
     enum record_mismatch mismatch;
-    uint32_t version, lock_abi;
+    uint32_t version, lock_abi, data_bytes;
     size_t quoted; /* bytes of layout text in quote */
     char quote[QUOTED_LAYOUT_BYTES];
 } header_check;
@@ -206,6 +206,7 @@ check_header(void *arg)
     if (c->len >= RECORD_HEADER_SIZE) {
         c->version = h->version;
         c->lock_abi = h->lock_abi;
+        c->data_bytes = h->data_bytes;
         /* The found layout text, only the part inside the buffer: its
          * layout_bytes is the other record's, not ours, read once. */
         size_t room = c->len - RECORD_HEADER_SIZE;
@@ -259,6 +260,17 @@ mismatch_error(const header_check *c)
                      c->lock_abi, RECORD_LOCK_ABI);
         return -1;
     default: {
+        if (c->quoted == (size_t)PyBytes_GET_SIZE(layout->descriptor)
+            && memcmp(c->quote, PyBytes_AS_STRING(layout->descriptor),
+                      c->quoted) == 0) {
+            /* The same text: the header's data size is what differs. */
+            PyErr_Format(PyExc_ValueError,
+                         "the buffer's SeqRecord header gives a data size of "
+                         "%u bytes, its layout text %R needs %zu "
+                         "(overwritten?)", c->data_bytes, layout->descriptor,
+                         layout->data_bytes);
+            return -1;
+        }
         PyObject *other = PyBytes_FromStringAndSize(c->quote,
                                                     (Py_ssize_t)c->quoted);
         if (other != NULL) {
@@ -279,7 +291,7 @@ static int
 attach_mismatch(const bound_record *guard, const record_header *found,
                 size_t len, const record_layout *layout)
 {
-    header_check c = {found, len, layout, RECORD_NO_MAGIC, 0, 0, 0, {0}};
+    header_check c = {found, len, layout, RECORD_NO_MAGIC, 0, 0, 0, 0, {0}};
     int unused;
     if (call_guarded(guard, check_header, &c, &unused) < 0) {
         return -1;
@@ -414,7 +426,7 @@ stored_fields(const Py_buffer *view, int memory_kind)
     bound_record guard = buffer_guard(view, memory_kind);
     stored_layout s = {
         .check = {view->buf, (size_t)view->len, NULL, RECORD_NO_MAGIC, 0, 0,
-                  0, {0}},
+                  0, 0, {0}},
         .text = PyMem_Malloc(MAX_STORED_LAYOUT_BYTES),
     };
     if (s.text == NULL) {
@@ -744,6 +756,30 @@ typedef enum {
     UNKNOWN_USE,   /* OSError from membarrier() */
 } record_use;
 
+/* Whether a write section opened through the record is open.  One
+ * opened before a fork (held_forks is another count of in_use_forks_) is
+ * open in the child only if the forking thread opened it: in private
+ * memory it goes on there (fork.c), locked, and a section other threads
+ * of the parent held was undone; in shared memory the child holds none.
+ * No thread here could end the others: close() does not wait for them
+ * (the lock's next holder gives their references back).  Both words are
+ * stored inside the opener's pin, so the caller's reads before and after
+ * its look at the slots see them (wait_until_unused()). */
+static int
+section_open(const SeqRecordObject *self)
+{
+    if (atomic_load_explicit(&self->lock.held_refs, memory_order_acquire)
+        == 0) {
+        return 0;
+    }
+    if (atomic_load_explicit(&self->rec.held_forks, memory_order_relaxed)
+        == atomic_load_explicit(&in_use_forks_, memory_order_relaxed)) {
+        return 1;
+    }
+    return self->lock.private.next != NULL /* tracked: private memory */
+           && seqlock_is_locked(self->rec.view.lock);
+}
+
 /* Wait, detached, until no thread is inside a call that touches the
  * record (record_pin()), waking its waiters meanwhile: they look at
  * closed and leave.  The lock's held_refs tells of a write section opened
@@ -760,8 +796,7 @@ wait_until_unused(SeqRecordObject *self)
     bound_record *r = &self->rec;
     int64_t nap_ns = 20 * 1000;
     for (;;) {
-        uint64_t before = atomic_load_explicit(&self->lock.held_refs,
-                                               memory_order_acquire);
+        int before = section_open(self);
         int where = in_use_where(r);
         if (where == IN_USE_UNKNOWN) {
             PyErr_SetFromErrno(PyExc_OSError);
@@ -771,10 +806,9 @@ wait_until_unused(SeqRecordObject *self)
             return USED_HERE;
         }
         if (where == IN_USE_NOWHERE) {
-            uint64_t after = atomic_load_explicit(&self->lock.held_refs,
-                                                  memory_order_acquire);
-            if ((before == 0) == (after == 0)) {
-                return after != 0 ? SECTION_OPEN : UNUSED;
+            int after = section_open(self);
+            if (before == after) {
+                return after ? SECTION_OPEN : UNUSED;
             }
             continue; /* a section opened or closed meanwhile */
         }
@@ -915,7 +949,8 @@ PyDoc_STRVAR(SeqRecord_create_shared_doc,
 "says for the NamedTuple class or the keyword fields (as create() takes\n"
 "them), lay a new record out in it and return the record, which owns\n"
 "the block: its close() (or with block) closes the block and\n"
-"unlinks its name.  FileExistsError if the name exists.  Other processes\n"
+"unlinks its name.  FileExistsError if the name exists, ValueError if it\n"
+"is not ASCII (the resource tracker's limit).  Other processes\n"
 "open it with SeqRecord.attach_shared(name).  If this process exits\n"
 "without close(), the standard library's resource tracker unlinks the\n"
 "name at its exit (the block lives on while others map it).");
@@ -1243,7 +1278,8 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 "or 0-d), or holds elements of the record's only element type (a record\n"
 "of '16d' into numpy.empty(16)).  TypeError for any other typed buffer\n"
 "(np.empty(1002) for a record of 'q' and '1000d' would mix int64 bits\n"
-"into floats), ValueError if it is smaller than self.nbytes or strided.\n\n"
+"into floats), ValueError if it is smaller than self.nbytes, strided, or\n"
+"a view of the record's own memory (numpy.frombuffer(shm.buf)).\n\n"
 "With field=name, copy that one array field's consistent value into a\n"
 "C-contiguous buffer of its element type and shape (a numpy array of\n"
 "dtype self.dtype[name].base and shape self.dtype[name].shape): no\n"
@@ -1295,6 +1331,19 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
         PyErr_Format(PyExc_ValueError,
                      "buffer too small: a snapshot takes %zu bytes, the "
                      "buffer has %zd", n, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    /* A view of the record itself (np.frombuffer(shm.buf)) is no place
+     * for a copy: it would overwrite what every process reads.  (Another
+     * mapping of the same memory cannot be told from here.) */
+    uintptr_t mine = (uintptr_t)self->rec.view.header;
+    uintptr_t dst = (uintptr_t)view.buf;
+    if (dst < mine + layout_record_size(self->layout) && mine < dst + n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "read_into() cannot copy into the record's own "
+                        "memory (a view of the buffer the record lives "
+                        "in): give it a buffer of its own");
         PyBuffer_Release(&view);
         return NULL;
     }
