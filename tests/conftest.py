@@ -33,6 +33,26 @@ import seqlock_py  # noqa: E402
 from workers import JOIN_TIMEOUT, WorkerError, run_threads  # noqa: E402,F401
 
 
+@pytest.fixture(autouse=True)
+def python_handles_ctrl_c():
+    """Every test runs with Python's own SIGINT handler, and leaves it so.
+
+    A test run may inherit SIGINT ignored (POSIX shells ignore it in
+    commands they start in the background, and Python then keeps it
+    ignored): the Ctrl-C tests would wait for a KeyboardInterrupt that
+    never comes.  A test that leaves SIGINT changed fails."""
+    import signal
+
+    inherited = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+        left = signal.getsignal(signal.SIGINT)
+        assert left is signal.default_int_handler, f"the test left SIGINT's handler {left!r}"
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+
+
 @contextlib.contextmanager
 def held_by_another_thread(lock, *, timeout=JOIN_TIMEOUT, section=None):
     """Hold ``lock``'s write lock in a helper thread for the block's duration.
