@@ -232,6 +232,100 @@ class ArrayField:
             """A writable view of the section's copy of the field (committed with the section)."""
 
 @final
+class SeqRing(Generic[_S]):
+    """A broadcast ring of entries of one record layout: readers never wait, and count what they missed."""
+
+    @overload
+    def __new__(cls, capacity: int, declaration: type[_NT], /) -> SeqRing[_NT]:
+        """A ring of capacity entries of a typing.NamedTuple class's fields; poll() returns that class."""
+    @overload
+    def __new__(cls, capacity: int, declaration: None = None, /, **fields: str) -> SeqRing[Snapshot]: ...
+    @overload
+    @classmethod
+    def buffer_size(cls, capacity: int, declaration: type[tuple[Any, ...]], /) -> int:
+        """Bytes of buffer create() needs for capacity entries of these fields."""
+    @overload
+    @classmethod
+    def buffer_size(cls, capacity: int, declaration: None = None, /, **fields: str) -> int: ...
+    @overload
+    @classmethod
+    def create(cls, buffer: Buffer, capacity: int, declaration: type[_NT], /, *, overwrite: bool = False) -> SeqRing[_NT]:
+        """Lay out a new, empty ring in a writable (shared) buffer; ValueError if it holds a ring already, unless overwrite=True."""
+    @overload
+    @classmethod
+    def create(cls, buffer: Buffer, capacity: int, declaration: None = None, /, **fields: str) -> SeqRing[Snapshot]: ...
+    @overload
+    @classmethod
+    def create(cls, buffer: Buffer, capacity: int, declaration: None = None, /, *, overwrite: bool, **fields: str) -> SeqRing[Snapshot]: ...
+    @overload
+    @classmethod
+    def attach(cls, buffer: Buffer, declaration: type[_NT], /) -> SeqRing[_NT]:
+        """Open a ring create() laid out: capacity and (without fields) layout read from the buffer; a read-only buffer gives a read-only ring."""
+    @overload
+    @classmethod
+    def attach(cls, buffer: Buffer, declaration: None = None, /, **fields: str) -> SeqRing[Snapshot]: ...
+    def append(self, **values: _Value) -> int:
+        """Append one entry (fields not named are 0) and return its sequence number; TypeError on a read-only ring."""
+    def reader(self, *, oldest: bool = False) -> RingReader[_S]:
+        """A reader whose first entry is the next appended, or with oldest=True the oldest retained."""
+    def read_last(self, n: int, /, out: Any = None) -> tuple[int, Any]:
+        """(first, array): the newest entries, at most n, oldest first, as a numpy array of self.dtype; row i is entry first + i."""
+    def close(self) -> None:
+        """Release the buffer; later calls of the ring and its readers raise ValueError."""
+    def __enter__(self) -> SeqRing[_S]: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None, /
+    ) -> Literal[False]: ...
+    def __class_getitem__(cls, item: Any, /) -> Any: ...
+    @property
+    def head(self) -> int:
+        """Entries ever appended: the sequence number of the next."""
+    @property
+    def capacity(self) -> int:
+        """Entries the ring retains."""
+    @property
+    def recoveries(self) -> int:
+        """Entries a dead writer left half written: discarded, never delivered."""
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The field names, in order."""
+    @property
+    def format(self) -> str:
+        """The native struct format of one entry."""
+    @property
+    def dtype(self) -> Any:
+        """A numpy structured dtype of one entry (imports numpy)."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes in one entry."""
+    @property
+    def readonly(self) -> bool:
+        """True if attached to memory this process may only read."""
+    @property
+    def closed(self) -> bool:
+        """True once close() has been called."""
+
+@final
+class RingReader(Generic[_S]):
+    """One reader of a SeqRing: its place and missed count are its own; one thread at a time."""
+
+    def poll(self) -> list[tuple[int, _S]]:
+        """The entries appended since the last poll, in order, as (sequence, snapshot) pairs; RuntimeError if the ring was rewound."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once an entry this reader has not polled is there, False on timeout."""
+    def wait_async(self, timeout: float | None = None) -> Coroutine[Any, Any, bool]:
+        """wait(timeout), awaited without blocking the event loop."""
+    @property
+    def missed(self) -> int:
+        """Entries this reader was lapped past (overwritten before or while it copied them)."""
+    @property
+    def next_sequence(self) -> int:
+        """The sequence number of the next entry this reader wants."""
+    @property
+    def ring(self) -> SeqRing[_S]:
+        """The ring this reader follows."""
+
+@final
 class _Waiter:
     """One cancellable wait (for seqlock_py._news; not public)."""
 

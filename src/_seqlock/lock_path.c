@@ -357,7 +357,7 @@ check_record_lock(bound_lock *b)
 /* Take the lock word within timeout_ns, the owner kept alive while this
  * thread holds it; `misuse` is the RuntimeError's message if the thread
  * holds it already. */
-static lock_status
+lock_status
 take_lock_word(bound_lock *b, int64_t timeout_ns, const char *misuse)
 {
     lock_status status = status_of(
@@ -420,7 +420,7 @@ check_write_holder(bound_lock *b)
  * rewritten during the section), it may still be on this thread's robust
  * list: the memory must never go, so the owner keeps its reference for
  * ever (and with it the buffer's export), and RuntimeError says so. */
-static int
+int
 release_lock(bound_lock *b)
 {
     PyObject *owner = b->object;

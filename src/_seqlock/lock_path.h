@@ -85,6 +85,16 @@ lock_status lock_write(bound_lock *b, int64_t timeout_ns);
  * (corrupted: the owner then stays alive for good, its memory mapped). */
 int unlock_write(bound_lock *b);
 
+/* The lock word alone, for a caller with a protocol of its own (a ring's
+ * append, seqring_type.c): take it within timeout_ns as lock_write() does
+ * (LOCK_TAKEN_OVER: from a holder that died; the caller repairs what it
+ * left), and give it back (0, or -1 with RuntimeError as unlock_write()).
+ * `misuse` is the RuntimeError's message if this thread holds it already.
+ * No section is opened or closed here. */
+lock_status take_lock_word(bound_lock *b, int64_t timeout_ns,
+                           const char *misuse);
+int release_lock(bound_lock *b);
+
 /* As unlock_write(), first putting a record back as the section found
  * it (its body raised). */
 int abort_write(bound_lock *b);

@@ -77,6 +77,18 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->waiter_type) < 0) {
         return -1;
     }
+    state->seqring_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &seqring_type_spec, NULL);
+    if (state->seqring_type == NULL
+        || PyModule_AddType(module, state->seqring_type) < 0) {
+        return -1;
+    }
+    state->ring_reader_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &ring_reader_type_spec, NULL);
+    if (state->ring_reader_type == NULL
+        || PyModule_AddType(module, state->ring_reader_type) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -90,6 +102,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->record_writer_type);
     Py_VISIT(state->array_field_type);
     Py_VISIT(state->waiter_type);
+    Py_VISIT(state->seqring_type);
+    Py_VISIT(state->ring_reader_type);
     Py_VISIT(atomic_load(&state->news_module));
     Py_VISIT(atomic_load(&state->snapshot_module));
     Py_VISIT(atomic_load(&state->typed_module));
@@ -106,6 +120,8 @@ module_clear(PyObject *module)
     Py_CLEAR(state->record_writer_type);
     Py_CLEAR(state->array_field_type);
     Py_CLEAR(state->waiter_type);
+    Py_CLEAR(state->seqring_type);
+    Py_CLEAR(state->ring_reader_type);
     Py_XDECREF(atomic_exchange(&state->news_module, NULL));
     Py_XDECREF(atomic_exchange(&state->snapshot_module, NULL));
     Py_XDECREF(atomic_exchange(&state->typed_module, NULL));

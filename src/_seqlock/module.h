@@ -17,6 +17,8 @@ typedef struct {
     PyTypeObject *record_writer_type;
     PyTypeObject *array_field_type;
     PyTypeObject *waiter_type;
+    PyTypeObject *seqring_type;
+    PyTypeObject *ring_reader_type;
     /* seqlock_py._news, imported on first use (news.c) */
     _Atomic(PyObject *) news_module;
     /* seqlock_py._snapshot and ._typed, imported on first use (snapshot.c) */
@@ -30,6 +32,8 @@ extern PyType_Spec seqrecord_type_spec;
 extern PyType_Spec record_writer_type_spec;
 extern PyType_Spec array_field_type_spec;
 extern PyType_Spec waiter_type_spec;
+extern PyType_Spec seqring_type_spec;
+extern PyType_Spec ring_reader_type_spec;
 
 /* The module `name`, imported on first use and then kept in *slot (a
  * field of the module state): one compare-and-swap decides which of two

@@ -893,6 +893,9 @@ struct_format_matches(const record_layout *layout, const char *fmt)
                 shape[ndim++] = (Py_ssize_t)count;
             }
         }
+        if (ndim > 0 && *p != '\0' && strchr("@=<>!^", *p)) {
+            order = *p++; /* numpy: "(3)@f" in an array of several rows */
+        }
         if (*p == 'x') { /* padding */
             if (ndim > 1) {
                 return 0;

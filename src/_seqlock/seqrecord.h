@@ -206,4 +206,26 @@ int update_fields(SeqRecordObject *self, RecordWriterObject *writer,
                   PyObject *const *args, Py_ssize_t nargsf,
                   PyObject *kwnames);
 
+/* ---- what SeqRing (seqring_type.c) shares with SeqRecord ---- */
+
+/* A declaration's layout: of the typing.NamedTuple class decl if not
+ * NULL, else of the fields given as keywords.  NULL with an exception. */
+record_layout *declared_layout(PyTypeObject *type, PyObject *decl,
+                               PyObject *fields);
+/* A positional declaration: NULL for None (the signatures' default). */
+PyObject *no_declaration(PyObject *decl);
+/* TypeError for a declaration given both ways; -1. */
+int declared_twice(const char *method);
+/* The guard for accesses to the whole of a buffer: none unless a file
+ * backs it (another process may truncate it). */
+bound_record buffer_guard(const Py_buffer *view, int memory_kind);
+/* "name:code;name:code" (a header's layout text, copied out) as the dict
+ * of fields SeqRecord(**fields) takes; NULL with ValueError naming what
+ * ("SeqRecord", "SeqRing") if the text is no layout. */
+PyObject *fields_of_layout_text(const char *text, size_t len,
+                                const char *what);
+/* numpy.dtype of a layout (numpy imported here only); NULL with an
+ * exception. */
+PyObject *layout_dtype(const record_layout *layout);
+
 #endif /* SEQLOCK_PY_SEQRECORD_H */

@@ -30,7 +30,7 @@
 
 /* A declaration's layout: of the typing.NamedTuple class decl if not
  * NULL, else of the fields given as keywords. */
-static record_layout *
+record_layout *
 declared_layout(PyTypeObject *type, PyObject *decl, PyObject *fields)
 {
     if (decl == NULL) {
@@ -47,14 +47,14 @@ declared_layout(PyTypeObject *type, PyObject *decl, PyObject *fields)
 }
 
 /* A positional declaration: NULL for None (the signatures' default). */
-static PyObject *
+PyObject *
 no_declaration(PyObject *decl)
 {
     return decl == Py_None ? NULL : decl;
 }
 
 /* TypeError for a declaration given both ways; -1. */
-static int
+int
 declared_twice(const char *method)
 {
     PyErr_Format(PyExc_TypeError,
@@ -301,7 +301,7 @@ attach_mismatch(const bound_record *guard, const record_header *found,
 
 /* The guard for create()'s and attach()'s accesses to the whole of a
  * buffer: none unless a file backs it (another process may truncate it). */
-static bound_record
+bound_record
 buffer_guard(const Py_buffer *view, int memory_kind)
 {
     bound_record guard = {.guarded = NULL};
@@ -362,8 +362,8 @@ copy_stored_layout(void *arg)
 /* "name:code;name:code" as the dict SeqRecord(**fields) takes; NULL with
  * ValueError if the text is no layout.  The names and codes are checked
  * again, as any caller's, when the layout is built from the dict. */
-static PyObject *
-fields_of_layout_text(const char *text, size_t len)
+PyObject *
+fields_of_layout_text(const char *text, size_t len, const char *what)
 {
     PyObject *fields = PyDict_New();
     if (fields == NULL) {
@@ -410,10 +410,12 @@ fields_of_layout_text(const char *text, size_t len)
     return fields;
 invalid:
     Py_DECREF(fields);
-    PyErr_SetString(PyExc_ValueError,
-                    "the buffer's SeqRecord has no valid layout text "
-                    "(overwritten?): attach() it with its fields to see "
-                    "what differs");
+    PyErr_Format(PyExc_ValueError,
+                 "the buffer's %s has no valid layout text (overwritten?)%s",
+                 what, strcmp(what, "SeqRecord") == 0
+                           ? ": attach() it with its fields to see what "
+                             "differs"
+                           : "");
     return NULL;
 }
 
@@ -439,7 +441,7 @@ stored_fields(const Py_buffer *view, int memory_kind)
             (void)mismatch_error(&s.check);
         }
         else {
-            fields = fields_of_layout_text(s.text, s.text_len);
+            fields = fields_of_layout_text(s.text, s.text_len, "SeqRecord");
         }
     }
     PyMem_Free(s.text);
@@ -1446,7 +1448,12 @@ SeqRecord_get_format(SeqRecordObject *self, void *Py_UNUSED(closure))
 static PyObject *
 SeqRecord_get_dtype(SeqRecordObject *self, void *Py_UNUSED(closure))
 {
-    const record_layout *layout = self->layout;
+    return layout_dtype(self->layout);
+}
+
+PyObject *
+layout_dtype(const record_layout *layout)
+{
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) {
         return NULL;

@@ -1,0 +1,439 @@
+"""SeqRing: a broadcast ring of entries, and its readers (RingReader).
+
+One behaviour per test; the stress test at the end runs reader processes,
+one fast and one lapped on purpose, against a writer, and checks that every
+appended entry is delivered in order or counted missed, exactly, 0 torn.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import mmap
+import threading
+import time
+import typing
+from multiprocessing import shared_memory
+
+import pytest
+
+from seqlock_py import RingReader, SeqRing
+from process_helpers import PythonProcess
+from workers import LONG, SHORT
+
+
+def small_ring(capacity=4):
+    return SeqRing(capacity, x="d", n="q", v="3f")
+
+
+# ---- construction and appends ----
+
+
+def test_append_returns_consecutive_sequence_numbers():
+    ring = small_ring()
+    assert [ring.append(x=i) for i in range(6)] == [0, 1, 2, 3, 4, 5]
+    assert ring.head == 6
+
+
+def test_fields_not_named_in_append_are_zero():
+    ring = small_ring()
+    reader = ring.reader()
+    ring.append(n=7)
+    [(seq, snap)] = reader.poll()
+    assert (seq, snap.x, snap.n, snap.v) == (0, 0.0, 7, (0.0, 0.0, 0.0))
+
+
+def test_append_that_fails_to_convert_appends_nothing():
+    class Bad:
+        def __float__(self):
+            raise ZeroDivisionError
+
+    ring = small_ring()
+    with pytest.raises(ZeroDivisionError):
+        ring.append(x=Bad())
+    assert ring.head == 0
+
+
+def test_append_of_an_unknown_field_raises_type_error():
+    ring = small_ring()
+    with pytest.raises(TypeError, match="no field 'y'"):
+        ring.append(y=1)
+    assert ring.head == 0
+
+
+def test_append_takes_keywords_only():
+    with pytest.raises(TypeError, match="keywords only"):
+        small_ring().append(1.0)
+
+
+@pytest.mark.parametrize("capacity", [0, -1, 2**41])
+def test_capacity_out_of_range_raises_value_error(capacity):
+    with pytest.raises(ValueError, match="capacity"):
+        SeqRing(capacity, x="d")
+
+
+def test_namedtuple_declaration_gives_declared_snapshots():
+    class Tick(typing.NamedTuple):
+        price: float
+        size: int
+
+    ring = SeqRing(8, Tick)
+    reader = ring.reader()
+    ring.append(price=1.5, size=3)
+    [(seq, tick)] = reader.poll()
+    assert type(tick) is Tick and tick == Tick(1.5, 3)
+
+
+def test_ring_attributes_describe_its_layout():
+    ring = small_ring(16)
+    assert ring.capacity == 16
+    assert ring.fields == ("x", "n", "v")
+    assert ring.nbytes == 8 + 8 + 12
+    assert ring.recoveries == 0 and not ring.readonly and not ring.closed
+
+
+# ---- readers ----
+
+
+def test_reader_starts_after_the_newest_entry():
+    ring = small_ring()
+    ring.append(x=1)
+    reader = ring.reader()
+    assert reader.poll() == []
+    ring.append(x=2)
+    assert [(s, e.x) for s, e in reader.poll()] == [(1, 2.0)]
+
+
+def test_reader_from_oldest_starts_at_the_oldest_retained_entry():
+    ring = small_ring(4)
+    for i in range(6):
+        ring.append(n=i)
+    reader = ring.reader(oldest=True)
+    assert [s for s, _ in reader.poll()] == [2, 3, 4, 5]
+    assert reader.missed == 0
+
+
+def test_poll_returns_entries_in_order_with_whole_values():
+    ring = small_ring(8)
+    reader = ring.reader()
+    for i in range(5):
+        ring.append(x=i * 0.5, n=i, v=(i, i + 1, i + 2))
+    got = reader.poll()
+    assert [s for s, _ in got] == list(range(5))
+    for s, e in got:
+        assert (e.x, e.n, e.v) == (s * 0.5, s, (s, s + 1.0, s + 2.0))
+    assert reader.poll() == []
+
+
+def test_lapped_reader_counts_exactly_the_entries_it_missed():
+    ring = small_ring(4)
+    reader = ring.reader()
+    for i in range(10):
+        ring.append(n=i)
+    assert [s for s, _ in reader.poll()] == [6, 7, 8, 9]
+    assert reader.missed == 6
+    assert reader.next_sequence == 10
+
+
+def test_readers_are_independent():
+    ring = small_ring(8)
+    a, b = ring.reader(), ring.reader()
+    ring.append(n=1)
+    assert len(a.poll()) == 1
+    ring.append(n=2)
+    assert [s for s, _ in b.poll()] == [0, 1]
+    assert [s for s, _ in a.poll()] == [1]
+
+
+def test_reader_cannot_be_made_directly():
+    with pytest.raises(TypeError):
+        RingReader()
+
+
+def test_rewound_ring_raises_runtime_error_on_poll():
+    size = SeqRing.buffer_size(4, x="d")
+    buf = mmap.mmap(-1, size)
+    ring = SeqRing.create(buf, 4, x="d")
+    reader = ring.reader()
+    for i in range(3):
+        ring.append(x=i)
+    reader.poll()
+    SeqRing.create(buf, 4, overwrite=True, x="d")  # head back to 0
+    with pytest.raises(RuntimeError, match="rewound"):
+        reader.poll()
+
+
+# ---- shared memory: create, attach, read-only ----
+
+
+def test_create_and_attach_share_entries():
+    size = SeqRing.buffer_size(8, x="d", n="q")
+    buf = mmap.mmap(-1, size)
+    writer = SeqRing.create(buf, 8, x="d", n="q")
+    other = SeqRing.attach(buf)
+    reader = other.reader()
+    writer.append(x=2.5, n=3)
+    [(seq, e)] = reader.poll()
+    assert (seq, e.x, e.n) == (0, 2.5, 3)
+
+
+def test_attach_reads_layout_and_capacity_from_the_buffer():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(32, a="16d", b="?"))
+    SeqRing.create(buf, 32, a="16d", b="?")
+    ring = SeqRing.attach(buf)
+    assert (ring.capacity, ring.fields, ring.format) == (32, ("a", "b"), "16d?")
+
+
+def test_attach_with_other_fields_raises_value_error():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    SeqRing.create(buf, 4, x="d")
+    with pytest.raises(ValueError, match="other fields"):
+        SeqRing.attach(buf, y="d")
+
+
+def test_attach_refuses_a_buffer_without_a_ring():
+    with pytest.raises(ValueError, match="no SeqRing"):
+        SeqRing.attach(bytearray(4096))
+
+
+def test_attach_refuses_a_header_whose_capacity_outgrows_the_buffer():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    SeqRing.create(buf, 4, x="d")
+    buf[24:32] = (10**9).to_bytes(8, "little")  # the header's capacity
+    with pytest.raises(ValueError, match="too small"):
+        SeqRing.attach(buf)
+
+
+def test_create_refuses_a_buffer_that_holds_a_ring():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    SeqRing.create(buf, 4, x="d")
+    with pytest.raises(ValueError, match="already holds a SeqRing"):
+        SeqRing.create(buf, 4, x="d")
+
+
+def test_create_refuses_a_buffer_too_small():
+    with pytest.raises(ValueError, match="too small"):
+        SeqRing.create(bytearray(64), 4, x="d")
+
+
+def test_reader_of_a_read_only_mapping_writes_nothing():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(8, x="d"))
+    writer = SeqRing.create(buf, 8, x="d")
+    ring = SeqRing.attach(memoryview(buf).toreadonly())
+    reader = ring.reader(oldest=True)
+    writer.append(x=1.0)
+    before = bytes(buf)
+    assert [e.x for _, e in reader.poll()] == [1.0]
+    assert reader.wait(0.01) is False
+    assert ring.read_last(8)[0] == 0
+    assert bytes(buf) == before
+
+
+def test_read_only_ring_refuses_append():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(8, x="d"))
+    SeqRing.create(buf, 8, x="d")
+    ring = SeqRing.attach(memoryview(buf).toreadonly())
+    assert ring.readonly
+    with pytest.raises(TypeError, match="read-only"):
+        ring.append(x=1)
+
+
+# ---- waiting ----
+
+
+def test_wait_returns_true_once_another_thread_appends():
+    ring = small_ring()
+    reader = ring.reader()
+    threading.Timer(0.05, ring.append, kwargs={"n": 1}).start()
+    assert reader.wait(LONG) is True
+    assert [s for s, _ in reader.poll()] == [0]
+
+
+def test_wait_returns_at_once_when_an_entry_is_unpolled():
+    ring = small_ring()
+    reader = ring.reader()
+    ring.append(n=1)
+    assert reader.wait(0) is True
+
+
+def test_wait_times_out_with_false():
+    assert small_ring().reader().wait(0.05) is False
+
+
+def test_wait_async_returns_true_once_an_entry_is_appended():
+    ring = small_ring()
+    reader = ring.reader()
+
+    async def main():
+        asyncio.get_running_loop().call_later(0.05, lambda: ring.append(n=1))
+        return await reader.wait_async(LONG)
+
+    assert asyncio.run(main()) is True
+
+
+def test_wait_async_times_out_with_false():
+    reader = small_ring().reader()
+    assert asyncio.run(reader.wait_async(0.05)) is False
+
+
+# ---- numpy: the newest entries in one call ----
+
+
+def test_read_last_returns_consecutive_rows_of_the_dtype():
+    np = pytest.importorskip("numpy")
+    ring = small_ring(4)
+    for i in range(6):
+        ring.append(x=i, n=i, v=(i, i, i))
+    first, rows = ring.read_last(3)
+    assert first == 3 and rows.dtype == ring.dtype
+    assert rows["n"].tolist() == [3, 4, 5]
+    assert np.array_equal(rows["v"][0], [3, 3, 3])
+
+
+def test_read_last_returns_at_most_what_was_appended():
+    pytest.importorskip("numpy")
+    ring = small_ring(4)
+    ring.append(n=9)
+    first, rows = ring.read_last(10)
+    assert first == 0 and rows["n"].tolist() == [9]
+
+
+def test_read_last_fills_out_from_its_first_row():
+    np = pytest.importorskip("numpy")
+    ring = small_ring(8)
+    for i in range(3):
+        ring.append(n=i)
+    out = np.zeros(5, ring.dtype)
+    first, rows = ring.read_last(2, out=out)
+    assert first == 1 and rows["n"].tolist() == [1, 2]
+    assert out["n"].tolist() == [1, 2, 0, 0, 0]
+
+
+def test_read_last_refuses_an_out_of_another_dtype():
+    np = pytest.importorskip("numpy")
+    ring = small_ring(8)
+    with pytest.raises(TypeError):
+        ring.read_last(2, out=np.zeros(2, [("x", "f8")]))
+
+
+def test_read_last_refuses_an_out_too_short():
+    np = pytest.importorskip("numpy")
+    ring = small_ring(8)
+    with pytest.raises(ValueError, match="room"):
+        ring.read_last(4, out=np.zeros(2, ring.dtype))
+
+
+# ---- close ----
+
+
+def test_close_makes_the_ring_and_its_readers_raise_value_error():
+    ring = small_ring()
+    reader = ring.reader()
+    ring.close()
+    assert ring.closed
+    for call in (reader.poll, lambda: reader.wait(0), lambda: ring.append(x=1),
+                 ring.reader, lambda: ring.read_last(1)):
+        with pytest.raises(ValueError):
+            call()
+
+
+def test_with_block_closes_the_ring_and_releases_its_buffer():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    with SeqRing.create(buf, 4, x="d") as ring:
+        ring.append(x=1)
+    assert ring.closed
+    buf.close()  # no export left
+
+
+def test_close_wakes_a_waiting_reader_with_value_error():
+    ring = small_ring()
+    reader = ring.reader()
+    outcome = []
+
+    def wait():
+        try:
+            reader.wait(LONG)
+        except ValueError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.05)
+    ring.close()
+    t.join(SHORT)
+    assert not t.is_alive() and len(outcome) == 1
+
+
+def test_ring_cannot_be_pickled():
+    import pickle
+
+    with pytest.raises(TypeError):
+        pickle.dumps(small_ring())
+
+
+# ---- the stress test: reader processes, one lapped on purpose ----
+
+READER_CODE = r"""
+import json, sys, time
+from record_helpers import map_shared_memory
+from seqlock_py import SeqRing
+name, total, role = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+mem = map_shared_memory(name)
+ring = SeqRing.attach(mem)
+reader = ring.reader(oldest=True)
+print("ready", flush=True)
+delivered = torn = disorder = 0
+last = -1
+while reader.next_sequence < total:
+    if role == "slow":
+        # lapped on purpose: poll only once the writers are more than a
+        # ring ahead (or done)
+        while ring.head - reader.next_sequence <= ring.capacity and ring.head < total:
+            time.sleep(0.0005)
+    else:
+        reader.wait(1.0)
+    for seq, e in reader.poll():
+        delivered += 1
+        if seq <= last:
+            disorder += 1
+        last = seq
+        if not (e.n == seq and e.x == seq * 0.5 and e.neg == -seq
+                and e.v == (float(seq % 1000),) * 3):
+            torn += 1
+print("result", json.dumps({"delivered": delivered, "missed": reader.missed,
+                            "torn": torn, "disorder": disorder, "last": last}),
+      flush=True)
+ring.close()
+mem.close()
+"""
+
+
+def test_every_entry_is_delivered_in_order_or_counted_missed_across_processes():
+    total, capacity = 20000, 64
+    size = SeqRing.buffer_size(capacity, n="q", x="d", neg="q", v="3f")
+    shm = shared_memory.SharedMemory(create=True, size=size)
+    try:
+        ring = SeqRing.create(shm.buf, capacity, n="q", x="d", neg="q", v="3f")
+        with PythonProcess(READER_CODE, shm.name, total, "fast") as fast, \
+                PythonProcess(READER_CODE, shm.name, total, "slow") as slow:
+            fast.expect("ready")
+            slow.expect("ready")
+            for seq in range(total):
+                assert ring.append(n=seq, x=seq * 0.5, neg=-seq,
+                                   v=(seq % 1000,) * 3) == seq
+                if seq % 32 == 31:
+                    time.sleep(0.0002)  # the fast reader keeps up, mostly
+            results = {}
+            for role, child in (("fast", fast), ("slow", slow)):
+                results[role] = json.loads(child.expect("result").split(" ", 1)[1])
+                code, out = child.finish()
+                assert code == 0, out
+        for role, r in results.items():
+            assert r["torn"] == 0 and r["disorder"] == 0, (role, r)
+            assert r["delivered"] + r["missed"] == total, (role, r)
+            assert r["last"] == total - 1, (role, r)
+        assert results["slow"]["missed"] > 0, results
+        print("ring stress:", results)
+        ring.close()
+    finally:
+        shm.close()
+        shm.unlink()
