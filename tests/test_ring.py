@@ -332,7 +332,7 @@ def test_close_makes_the_ring_and_its_readers_raise_value_error():
     assert ring.closed
     for call in (reader.poll, lambda: reader.wait(0), lambda: ring.append(x=1),
                  ring.reader, lambda: ring.read_last(1)):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="^the ring is closed$"):
             call()
 
 

@@ -100,18 +100,19 @@ set_memory_gone(void)
 }
 
 int
-set_record_closed(void)
+set_record_closed(const bound_record *r)
 {
-    PyErr_SetString(PyExc_ValueError, "the record is closed");
+    PyErr_Format(PyExc_ValueError, "the %s is closed",
+                 r != NULL && r->kind != NULL ? r->kind : "record");
     return -1;
 }
 
 int
-record_pin_failed(in_use_status status)
+record_pin_failed(const bound_record *r, in_use_status status)
 {
     switch (status) {
     case IN_USE_CLOSED:
-        return set_record_closed();
+        return set_record_closed(r);
     case IN_USE_NO_MEMORY:
         PyErr_NoMemory();
         return -1;
@@ -216,7 +217,7 @@ wait_in_slices(core_wait wait, bound_lock *b, int64_t timeout_ns,
             return -1;
         }
         if (b->record != NULL && record_is_closed(b->record)) {
-            return set_record_closed(); /* close() woke us, or will */
+            return set_record_closed(b->record); /* close() woke us, or will */
         }
     }
 }

@@ -31,6 +31,7 @@ typedef struct {
      * (begin_write(), pinned): another count means that a thread the
      * fork left behind opened it. */
     _Atomic uint32_t held_forks;
+    const char *kind; /* "ring" for a SeqRing's, in its errors; NULL: a record */
 } bound_record;
 
 enum { RECORD_OPEN = 0, RECORD_CLOSING = 1, RECORD_CLOSED = 2 };
@@ -210,8 +211,8 @@ int call_guarded(const bound_record *r, int (*fn)(void *arg), void *arg,
 /* The OSError of a record whose file was truncated. */
 void set_memory_gone(void);
 
-/* The ValueError of a closed record; -1. */
-int set_record_closed(void);
+/* The ValueError of a closed record (or ring: r->kind); -1. */
+int set_record_closed(const bound_record *r);
 
 static inline int
 record_is_closed(const bound_record *r)
@@ -221,7 +222,7 @@ record_is_closed(const bound_record *r)
 }
 
 /* record_pin()'s failures as exceptions; -1. */
-int record_pin_failed(in_use_status status);
+int record_pin_failed(const bound_record *r, in_use_status status);
 
 /*
  * record_pin - enter a stretch of code that touches r's memory
@@ -240,7 +241,7 @@ record_pin(const bound_record *r)
 {
     in_use_status status = in_use_enter(r, &r->closed);
     return SEQLOCK_LIKELY(status == IN_USE_ENTERED) ? 0
-                                                    : record_pin_failed(status);
+                                                    : record_pin_failed(r, status);
 }
 
 static inline void
@@ -257,7 +258,7 @@ record_pin_ft(const bound_record *r)
 #ifdef Py_GIL_DISABLED
     return record_pin(r);
 #else
-    return record_is_closed(r) ? set_record_closed() : 0;
+    return record_is_closed(r) ? set_record_closed(r) : 0;
 #endif
 }
 

@@ -97,7 +97,7 @@ snapshot_retrying_pinned(SeqRecordObject *self, latch_read *r)
             Py_END_ALLOW_THREADS
         } while (whole == 0 && PyErr_CheckSignals() == 0
                  && (!record_is_closed(&self->rec)
-                     || set_record_closed() == 0)); /* closed: stop */
+                     || set_record_closed(&self->rec) == 0)); /* closed: stop */
         int unused;
         if (ask && whole >= 0
             && call_guarded(&self->rec, drop_turn, self->rec.view.lock,

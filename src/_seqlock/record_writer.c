@@ -305,7 +305,7 @@ close_section(RecordWriterObject *w, int rollback)
 #ifdef Py_GIL_DISABLED
     in_use_status pinned = in_use_enter(&w->record->rec, NULL);
     if (pinned != IN_USE_ENTERED) {
-        return record_pin_failed(pinned); /* the section stays open */
+        return record_pin_failed(&w->record->rec, pinned); /* the section stays open */
     }
 #endif
     end_staging(w, !rollback);

@@ -63,7 +63,7 @@ typedef struct {
 #define RETURN_IF_CLOSED(self, error)                                       \
     do {                                                                    \
         if (record_is_closed(&(self)->rec)) {                               \
-            (void)set_record_closed();                                      \
+            (void)set_record_closed(&(self)->rec);                          \
             return (error);                                                 \
         }                                                                   \
     } while (0)

@@ -126,6 +126,7 @@ bind_ring(SeqRingObject *self, void *memory, uint64_t capacity,
         memory, (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor),
         (uint32_t)self->layout->data_bytes, capacity);
     self->rec.readonly = (memory_kind & BOUND_READ_ONLY) != 0;
+    self->rec.kind = "ring"; /* its errors say "the ring is closed" */
     self->rec.guarded = NULL;
     self->rec.guarded_len = 0;
     if ((memory_kind & BOUND_FILE) && bus_guard_install() == 0
@@ -682,7 +683,7 @@ SeqRing_append(SeqRingObject *self, PyObject *const *args, Py_ssize_t nargsf,
         return NULL;
     }
     if (record_is_closed(&self->rec)) {
-        (void)set_record_closed();
+        (void)set_record_closed(&self->rec);
         return NULL;
     }
     if (self->rec.readonly) {
@@ -1423,7 +1424,7 @@ static PyObject *
 SeqRing_enter(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (record_is_closed(&self->rec)) {
-        (void)set_record_closed();
+        (void)set_record_closed(&self->rec);
         return NULL;
     }
     return Py_NewRef(self);
