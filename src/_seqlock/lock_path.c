@@ -108,6 +108,25 @@ set_record_closed(const bound_record *r)
 }
 
 int
+claim_close(bound_record *r)
+{
+    for (;;) {
+        uint32_t state = RECORD_OPEN;
+        if (atomic_compare_exchange_strong(&r->closed, &state,
+                                           RECORD_CLOSING)) {
+            return 1;
+        }
+        if (state == RECORD_CLOSED) {
+            return 0;
+        }
+        struct timespec nap = {0, 100 * 1000};
+        Py_BEGIN_ALLOW_THREADS
+        (void)nanosleep(&nap, NULL);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+int
 record_pin_failed(const bound_record *r, in_use_status status)
 {
     switch (status) {

@@ -221,6 +221,11 @@ record_is_closed(const bound_record *r)
            != RECORD_OPEN;
 }
 
+/* close()'s first step: 1 once this thread has marked r closing (it then
+ * closes it, or puts RECORD_OPEN back), 0 if r is closed already; while
+ * another thread closes it, waits (interpreter released) for its outcome. */
+int claim_close(bound_record *r);
+
 /* record_pin()'s failures as exceptions; -1. */
 int record_pin_failed(const bound_record *r, in_use_status status);
 

@@ -210,6 +210,11 @@ int update_fields(SeqRecordObject *self, RecordWriterObject *writer,
 
 /* A declaration's layout: of the typing.NamedTuple class decl if not
  * NULL, else of the fields given as keywords.  NULL with an exception. */
+/* The layout and the snapshot class that decl (a NamedTuple class) or
+ * fields (keywords) declare, for SeqRecord's and SeqRing's constructors:
+ * 0, or -1 with an exception. */
+int typed_layout(PyTypeObject *type, PyObject *decl, PyObject *fields,
+                 record_layout **layout, PyTypeObject **snapshot_type);
 record_layout *declared_layout(PyTypeObject *type, PyObject *decl,
                                PyObject *fields);
 /* A positional declaration: NULL for None (the signatures' default). */

@@ -63,20 +63,28 @@ declared_twice(const char *method)
     return -1;
 }
 
+int
+typed_layout(PyTypeObject *type, PyObject *decl, PyObject *fields,
+             record_layout **layout, PyTypeObject **snapshot_type)
+{
+    module_state *state = PyType_GetModuleState(type);
+    if (state == NULL || (*layout = declared_layout(type, decl, fields)) == NULL) {
+        return -1;
+    }
+    *snapshot_type = snapshot_class(state, *layout, decl);
+    if (*snapshot_type == NULL) {
+        layout_free(*layout);
+        return -1;
+    }
+    return 0;
+}
+
 static SeqRecordObject *
 record_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
 {
-    module_state *state = PyType_GetModuleState(type);
-    if (state == NULL) {
-        return NULL;
-    }
-    record_layout *layout = declared_layout(type, decl, fields);
-    if (layout == NULL) {
-        return NULL;
-    }
-    PyTypeObject *snapshot_type = snapshot_class(state, layout, decl);
-    if (snapshot_type == NULL) {
-        layout_free(layout);
+    record_layout *layout;
+    PyTypeObject *snapshot_type;
+    if (typed_layout(type, decl, fields, &layout, &snapshot_type) < 0) {
         return NULL;
     }
     SeqRecordObject *self = (SeqRecordObject *)type->tp_alloc(type, 0);
@@ -846,20 +854,8 @@ static PyObject *
 SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 {
     bound_record *r = &self->rec;
-    for (;;) {
-        uint32_t state = RECORD_OPEN;
-        if (atomic_compare_exchange_strong(&r->closed, &state,
-                                           RECORD_CLOSING)) {
-            break;
-        }
-        if (state == RECORD_CLOSED) {
-            Py_RETURN_NONE;
-        }
-        /* Another thread closes it: wait for its outcome. */
-        struct timespec nap = {0, 100 * 1000};
-        Py_BEGIN_ALLOW_THREADS
-        (void)nanosleep(&nap, NULL);
-        Py_END_ALLOW_THREADS
+    if (!claim_close(r)) {
+        Py_RETURN_NONE; /* closed already */
     }
     record_use use = wait_until_unused(self);
     if (use != UNUSED) {

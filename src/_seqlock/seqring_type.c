@@ -91,17 +91,9 @@ capacity_arg(PyObject *obj, uint64_t *capacity)
 static SeqRingObject *
 ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
 {
-    module_state *state = PyType_GetModuleState(type);
-    if (state == NULL) {
-        return NULL;
-    }
-    record_layout *layout = declared_layout(type, decl, fields);
-    if (layout == NULL) {
-        return NULL;
-    }
-    PyTypeObject *snapshot_type = snapshot_class(state, layout, decl);
-    if (snapshot_type == NULL) {
-        layout_free(layout);
+    record_layout *layout;
+    PyTypeObject *snapshot_type;
+    if (typed_layout(type, decl, fields, &layout, &snapshot_type) < 0) {
         return NULL;
     }
     SeqRingObject *self = (SeqRingObject *)type->tp_alloc(type, 0);
@@ -1385,19 +1377,8 @@ static PyObject *
 SeqRing_close(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
 {
     bound_record *r = &self->rec;
-    for (;;) {
-        uint32_t state = RECORD_OPEN;
-        if (atomic_compare_exchange_strong(&r->closed, &state,
-                                           RECORD_CLOSING)) {
-            break;
-        }
-        if (state == RECORD_CLOSED) {
-            Py_RETURN_NONE;
-        }
-        struct timespec nap = {0, 100 * 1000};
-        Py_BEGIN_ALLOW_THREADS
-        (void)nanosleep(&nap, NULL);
-        Py_END_ALLOW_THREADS
+    if (!claim_close(r)) {
+        Py_RETURN_NONE; /* closed already */
     }
     int use = wait_until_unused(self);
     if (use != 0) {
