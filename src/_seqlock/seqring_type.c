@@ -1244,6 +1244,10 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "n must not be negative");
         return NULL;
     }
+    if (record_is_closed(&self->rec)) { /* before numpy is asked for */
+        (void)set_record_closed(&self->rec);
+        return NULL;
+    }
     if ((uint64_t)n > self->ring.capacity) {
         n = (Py_ssize_t)self->ring.capacity;
     }
