@@ -1,7 +1,9 @@
 """Readers that wait for news: the iterator and asyncio forms.
 
 ``SeqLock`` and ``SeqRecord`` check their arguments in C and hand over
-to these functions.  ``wait()`` sleeps on the lock's sequence word (a
+to these functions; ``RingReader.wait_async()`` waits here on its ring
+(``seqlock_py._ring``).  An owner is anything with ``_news_sequence``
+(its lock's count), ``_news_wait(seq, timeout)`` and ``_waiter()``.  ``wait()`` sleeps on the lock's sequence word (a
 futex) with the GIL released; an event loop cannot.  So every awaited
 wait on one lock or record, from any event loop of this process, leaves
 its future with that owner's watch, and one watcher thread per owner
@@ -107,7 +109,7 @@ _Answers = dict["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]
 
 async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
     """owner.wait(seq, timeout), awaited: the owner's watcher answers."""
-    if owner.wait(seq, 0):
+    if owner._news_wait(seq, 0):
         return True
     if timeout == 0:
         return False
@@ -139,7 +141,7 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
     the watcher after this registration."""
     global _stop_at_exit_registered
     with _lock:
-        if owner.wait(seq, 0):
+        if owner._news_wait(seq, 0):
             return False
         if _stopping:
             raise RuntimeError("can't wait_async at interpreter shutdown")
@@ -237,7 +239,7 @@ def _watch_until_none_is_left(watch: _Watch) -> tuple[_Answers, bool | BaseExcep
                 # The waits for any state but the newest committed one are
                 # answered: a write has ended since theirs.
                 answers = _take(watch, now) if now is not None else {}
-                seq = watch.owner.sequence
+                seq = watch.owner._news_sequence
                 if seq % 2 == 0:
                     _merge(answers, _take(watch, seq))
                 if not watch.pending:

@@ -1,18 +1,25 @@
 """RingReader.wait_async(): the reader's wait, awaited.
 
-A worker thread of the event loop's default executor sleeps in
-reader.wait() for slices of at most _SLICE seconds, so that cancelling
-the await withdraws the wait within one slice (the thread then finishes
-its slice and returns).  The wake-up itself is the futex's, as wait()'s.
+Every append moves the ring's lock count by 2, so a reader's awaited wait
+is a wait for news on the ring (seqlock_py._news): one watcher thread per
+ring sleeps on the count's futex for all of the process's awaited waits
+on it, whatever their readers and event loops, and answers them after
+each append.  The count is read before the reader looks for an entry, so
+an append that ends after the look moves it and answers the wait.
+
+Each wait for news lasts at most _NAP seconds before the reader looks
+again: a writer that died after publishing its entry but before closing
+its section moved the head without moving the count.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
-_SLICE = 0.05
+from . import _news
+
+_NAP = 1.0
 
 
 async def wait_async(reader: Any, timeout: float | None) -> bool:
@@ -21,14 +28,17 @@ async def wait_async(reader: Any, timeout: float | None) -> bool:
         return True
     if timeout == 0:
         return False
-    loop = asyncio.get_running_loop()
+    ring = reader.ring
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        if deadline is None:
-            piece = _SLICE
-        else:
-            piece = min(_SLICE, max(0.0, deadline - time.monotonic()))
-        if await loop.run_in_executor(None, reader.wait, piece):
+        count = ring._news_sequence
+        if reader.wait(0):
             return True
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
+        if deadline is None:
+            piece = _NAP
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            piece = min(_NAP, left)
+        await _news.wait_async(ring, count, piece)

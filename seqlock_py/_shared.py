@@ -1,7 +1,8 @@
-"""SeqRecord.create_shared() and SeqRecord.attach_shared(): a record in a
-named shared memory block that it owns.
+"""SeqRecord.create_shared() and SeqRecord.attach_shared() (and SeqRing's,
+the same with a capacity): a record or a ring in a named shared memory
+block that it owns.
 
-The creator's record closes the block and unlinks its name at close();
+The creator's record (or ring) closes the block and unlinks its name at close();
 an opener's only closes its mapping.  An opener never registers the block
 with the standard library's resource tracker, which would otherwise
 unlink it at the opener's exit, under every other process using it
@@ -55,17 +56,18 @@ def _owned(rec: Any, closer: Callable[[], None]) -> Any:
     return rec
 
 
-def create_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any) -> Any:
-    """cls.create() in a new shared memory block named name."""
+def create_shared(cls: Any, name: str, /, *args: Any, **fields: Any) -> Any:
+    """cls.create(buf, *args, **fields) in a new shared memory block named
+    name, as large as cls.buffer_size(*args, **fields)."""
     _check_name("create_shared", name)
     if not name.isascii():
         # The resource tracker takes ASCII only: SharedMemory() would make
         # the block, fail to register it and leave it for good.
         raise ValueError(f"create_shared() needs an ASCII name, not {name!r}")
-    size = cls.buffer_size(declaration, **fields)
+    size = cls.buffer_size(*args, **fields)
     shm = shared_memory.SharedMemory(name=name, create=True, size=size)
     try:
-        rec = cls.create(shm.buf, declaration, **fields)
+        rec = cls.create(shm.buf, *args, **fields)
     except BaseException:
         shm.close()
         shm.unlink()
@@ -73,12 +75,13 @@ def create_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any
     return _owned(rec, _closer(shm, unlink=True))
 
 
-def attach_shared(cls: Any, name: str, declaration: Any = None, /, **fields: Any) -> Any:
-    """cls.attach() to the shared memory block named name, untracked."""
+def attach_shared(cls: Any, name: str, /, *args: Any, **fields: Any) -> Any:
+    """cls.attach(buf, *args, **fields) to the shared memory block named
+    name, untracked."""
     _check_name("attach_shared", name)
     segment = _open_untracked(name)
     try:
-        rec = cls.attach(segment.buf if _TRACK_FALSE else segment, declaration, **fields)
+        rec = cls.attach(segment.buf if _TRACK_FALSE else segment, *args, **fields)
     except BaseException:
         segment.close()
         raise

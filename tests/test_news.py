@@ -21,7 +21,7 @@ import pytest
 
 from seqlock_py import SeqLock, SeqRecord, _news
 from process_helpers import PythonProcess
-from workers import SHORT, run_threads, start_in_thread
+from workers import SHORT, no_waiter_thread_left, run_threads, start_in_thread, waiter_threads
 
 # A wake-up arrives well within this; a waiter's nap (1 s) or the tests'
 # long timeouts (LONG) would not.
@@ -484,17 +484,6 @@ def test_a_consumer_in_another_process_sees_each_write_in_order(shared_record):
 # ---- asyncio -----------------------------------------------------------------
 
 
-def waiter_threads():
-    return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
-
-
-def no_waiter_thread_left():
-    deadline = time.monotonic() + WOKEN
-    while waiter_threads() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return not waiter_threads()
-
-
 async def ticking_while(awaitable):
     """Await awaitable while a ticker counts event-loop turns: the loop
     keeps running if the ticks keep coming."""
@@ -528,14 +517,14 @@ def test_wait_async_keeps_the_loop_running_until_a_write_wakes_it(subject):
     assert woken is True
     assert ticks >= 5
     assert subject.read_versioned() == (seq + 2, 9)
-    assert no_waiter_thread_left()
+    assert no_waiter_thread_left(WOKEN)
 
 
 def test_wait_async_returns_false_at_its_timeout(subject):
     seq, _ = subject.read_versioned()
     woken, ticks = asyncio.run(ticking_while(subject.obj.wait_async(seq, 0.1)))
     assert woken is False and ticks >= 2
-    assert no_waiter_thread_left()
+    assert no_waiter_thread_left(WOKEN)
 
 
 def test_wait_async_returns_at_once_when_a_write_ended_since_seq(subject):
@@ -558,7 +547,7 @@ def test_cancelling_wait_async_leaves_no_thread_waiting(subject):
             await task
 
     asyncio.run(main())
-    assert no_waiter_thread_left()
+    assert no_waiter_thread_left(WOKEN)
     assert subject.obj.wait(seq, 0) is False  # nothing was written
 
 
@@ -570,7 +559,7 @@ def test_wait_for_timeout_around_wait_async_leaves_no_thread_waiting(subject):
             await asyncio.wait_for(subject.obj.wait_async(seq), 0.05)
 
     asyncio.run(main())
-    assert no_waiter_thread_left()
+    assert no_waiter_thread_left(WOKEN)
 
 
 def test_wait_async_and_changes_async_take_a_timeout_of_minus_one_as_for_ever():
@@ -620,7 +609,7 @@ def test_changes_async_yields_the_writes_in_order_and_ends_at_its_timeout():
     assert seqs == sorted(set(seqs))
     assert all(x == seq // 2 for seq, (x,) in seen)
     assert seen[0] == (0, (0,)) and seen[-1] == (6, (3,))
-    assert no_waiter_thread_left()
+    assert no_waiter_thread_left(WOKEN)
 
 
 def test_changes_async_checks_its_timeout_when_called():
@@ -640,7 +629,7 @@ def test_breaking_out_of_changes_async_leaves_no_thread_waiting():
         return seq
 
     assert asyncio.run(main()) == 0
-    assert no_waiter_thread_left()
+    assert no_waiter_thread_left(WOKEN)
 
 
 # ---- as a property -------------------------------------------------------------

@@ -30,18 +30,8 @@ import pytest
 
 from process_helpers import PythonProcess, in_forked_child, run_python
 from seqlock_py import SeqLock, SeqRecord, _news
-from workers import LONG, WOKEN, start_in_thread
-
-
-def waiter_threads():
-    return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
-
-
-def no_waiter_thread_left(within=5.0):
-    deadline = time.monotonic() + within
-    while waiter_threads() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return not waiter_threads()
+from workers import (LONG, WOKEN, no_waiter_thread_left, os_threads, start_in_thread, until,
+                     waiter_threads)
 
 
 # ---- cancelling --------------------------------------------------------------
@@ -69,19 +59,6 @@ def test_cancelling_a_waiter_ends_its_thread_promptly_however_the_cancel_lands()
         slow += time.monotonic() - cancelled_at >= WOKEN
         rounds += 1
     assert slow == 0, f"{slow} of {rounds} cancels took a nap"
-
-
-def os_threads():
-    """The process's threads, as the kernel counts them."""
-    return len(os.listdir("/proc/self/task"))
-
-
-async def until(condition):
-    """Let the loop run until condition() holds (or LONG passes)."""
-    deadline = time.monotonic() + LONG
-    while not condition() and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    assert condition()
 
 
 MANY = 2000

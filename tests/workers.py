@@ -165,3 +165,34 @@ def pin(role):
         os.sched_setaffinity(0, set(cpus[:half] if role == "writer" else cpus[half:]))
     else:
         raise ValueError(f"SEQLOCK_STRESS_PIN must be 'apart' or 'together', not {placement!r}")
+
+
+# ---- the watcher thread of wait_async() (seqlock_py._news) ----
+
+
+def waiter_threads():
+    """The process's watcher threads of awaited waits."""
+    return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
+
+
+def no_waiter_thread_left(within=5.0):
+    """True once no watcher thread is left (waiting up to within s)."""
+    deadline = time.monotonic() + within
+    while waiter_threads() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not waiter_threads()
+
+
+def os_threads():
+    """The process's threads, as the kernel counts them."""
+    return len(os.listdir("/proc/self/task"))
+
+
+async def until(condition):
+    """Let the event loop run until condition() holds (or LONG passes)."""
+    import asyncio
+
+    deadline = time.monotonic() + LONG
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    assert condition()

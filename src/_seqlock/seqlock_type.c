@@ -390,6 +390,10 @@ static PyMethodDef SeqLock_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, SeqLock_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqLock_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
+    {"_news_wait", (PyCFunction)(void (*)(void))SeqLock_wait,
+     METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
+               "wait(), under the name seqlock_py._news calls.")},
     {"wait_async", (PyCFunction)(void (*)(void))SeqLock_wait_async,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"_waiter", (PyCFunction)(void (*)(void))SeqLock_waiter,
@@ -408,6 +412,8 @@ static PyGetSetDef SeqLock_getset[] = {
     {"sequence", (getter)SeqLock_get_sequence, NULL,
      PyDoc_STR("The sequence count: even while no writer is active, odd "
                "during a write section; +2 per completed write."), NULL},
+    {"_news_sequence", (getter)SeqLock_get_sequence, NULL,
+     PyDoc_STR("sequence, under the name seqlock_py._news reads."), NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

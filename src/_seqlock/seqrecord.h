@@ -208,13 +208,13 @@ int update_fields(SeqRecordObject *self, RecordWriterObject *writer,
 
 /* ---- what SeqRing (seqring_type.c) shares with SeqRecord ---- */
 
-/* A declaration's layout: of the typing.NamedTuple class decl if not
- * NULL, else of the fields given as keywords.  NULL with an exception. */
 /* The layout and the snapshot class that decl (a NamedTuple class) or
  * fields (keywords) declare, for SeqRecord's and SeqRing's constructors:
  * 0, or -1 with an exception. */
 int typed_layout(PyTypeObject *type, PyObject *decl, PyObject *fields,
                  record_layout **layout, PyTypeObject **snapshot_type);
+/* A declaration's layout: of the typing.NamedTuple class decl if not
+ * NULL, else of the fields given as keywords.  NULL with an exception. */
 record_layout *declared_layout(PyTypeObject *type, PyObject *decl,
                                PyObject *fields);
 /* A positional declaration: NULL for None (the signatures' default). */
@@ -229,6 +229,12 @@ bound_record buffer_guard(const Py_buffer *view, int memory_kind);
  * ("SeqRecord", "SeqRing") if the text is no layout. */
 PyObject *fields_of_layout_text(const char *text, size_t len,
                                 const char *what);
+/* type.<method>(*args, **kwargs) as seqlock_py._shared.<method>(type,
+ * *args, **kwargs): create_shared() and attach_shared().  TypeError saying
+ * usage unless min_args <= len(args) <= max_args. */
+PyObject *call_shared(const char *method, PyTypeObject *type, PyObject *args,
+                      PyObject *kwargs, Py_ssize_t min_args,
+                      Py_ssize_t max_args, const char *usage);
 /* numpy.dtype of a layout (numpy imported here only); NULL with an
  * exception. */
 PyObject *layout_dtype(const record_layout *layout);

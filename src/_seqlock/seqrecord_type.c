@@ -907,17 +907,14 @@ SeqRecord_close_with(SeqRecordObject *self, PyObject *closer)
     Py_RETURN_NONE;
 }
 
-/* SeqRecord.<name>(name, **fields): seqlock_py._shared.<name>(type, name,
- * **fields). */
-static PyObject *
+PyObject *
 call_shared(const char *method, PyTypeObject *type, PyObject *args,
-            PyObject *kwargs)
+            PyObject *kwargs, Py_ssize_t min_args, Py_ssize_t max_args,
+            const char *usage)
 {
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s() takes the shared memory's name, then a NamedTuple "
-                     "class or the fields as keywords", method);
+    if (nargs < min_args || nargs > max_args) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %s", method, usage);
         return NULL;
     }
     PyObject *shared = PyImport_ImportModule("seqlock_py._shared");
@@ -929,17 +926,23 @@ call_shared(const char *method, PyTypeObject *type, PyObject *args,
     if (fn == NULL) {
         return NULL;
     }
-    PyObject *call = nargs == 1
-                         ? PyTuple_Pack(2, (PyObject *)type,
-                                        PyTuple_GET_ITEM(args, 0))
-                         : PyTuple_Pack(3, (PyObject *)type,
-                                        PyTuple_GET_ITEM(args, 0),
-                                        PyTuple_GET_ITEM(args, 1));
-    PyObject *rec = call == NULL ? NULL : PyObject_Call(fn, call, kwargs);
+    PyObject *call = PyTuple_New(nargs + 1);
+    if (call != NULL) {
+        PyTuple_SET_ITEM(call, 0, Py_NewRef((PyObject *)type));
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            PyTuple_SET_ITEM(call, i + 1,
+                             Py_NewRef(PyTuple_GET_ITEM(args, i)));
+        }
+    }
+    PyObject *made = call == NULL ? NULL : PyObject_Call(fn, call, kwargs);
     Py_XDECREF(call);
     Py_DECREF(fn);
-    return rec;
+    return made;
 }
+
+#define RECORD_SHARED_USAGE \
+    "the shared memory's name, then a NamedTuple class or the fields as " \
+    "keywords"
 
 PyDoc_STRVAR(SeqRecord_create_shared_doc,
 "create_shared($type, name, declaration=None, /, **fields)\n--\n\n"
@@ -956,7 +959,8 @@ PyDoc_STRVAR(SeqRecord_create_shared_doc,
 static PyObject *
 SeqRecord_create_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    return call_shared("create_shared", type, args, kwargs);
+    return call_shared("create_shared", type, args, kwargs, 1, 2,
+                       RECORD_SHARED_USAGE);
 }
 
 PyDoc_STRVAR(SeqRecord_attach_shared_doc,
@@ -972,7 +976,8 @@ PyDoc_STRVAR(SeqRecord_attach_shared_doc,
 static PyObject *
 SeqRecord_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    return call_shared("attach_shared", type, args, kwargs);
+    return call_shared("attach_shared", type, args, kwargs, 1, 2,
+                       RECORD_SHARED_USAGE);
 }
 
 static PyObject *
@@ -1543,6 +1548,10 @@ static PyMethodDef SeqRecord_methods[] = {
      SeqRecord_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
+    {"_news_wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
+     METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
+               "wait(), under the name seqlock_py._news calls.")},
     {"wait_async", (PyCFunction)(void (*)(void))SeqRecord_wait_async,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"changes", (PyCFunction)(void (*)(void))SeqRecord_changes,
@@ -1585,6 +1594,8 @@ static PyGetSetDef SeqRecord_getset[] = {
     {"sequence", (getter)SeqRecord_get_sequence, NULL,
      PyDoc_STR("The sequence count: odd while a write section is open; +2 "
                "per section, also one that was rolled back."), NULL},
+    {"_news_sequence", (getter)SeqRecord_get_sequence, NULL,
+     PyDoc_STR("sequence, under the name seqlock_py._news reads."), NULL},
     {"fields", (getter)SeqRecord_get_fields, NULL,
      PyDoc_STR("The field names, in order."), NULL},
     {"format", (getter)SeqRecord_get_format, NULL,

@@ -25,6 +25,7 @@
 
 #include "args.h"
 #include "memory_kind.h"
+#include "news.h"
 #include "ring.h"
 #include "snapshot.h"
 
@@ -41,6 +42,7 @@ typedef struct {
     int snapshot_plain;
     void *memory;      /* SeqRing()'s own memory, else NULL */
     Py_buffer view;    /* create()/attach()'s buffer (view.obj NULL if none) */
+    PyObject *closer;  /* close() calls it after releasing view, or NULL */
     PyObject *weakreflist;
 } SeqRingObject;
 
@@ -611,6 +613,14 @@ load_head(void *arg)
 }
 
 static int
+load_lock_count(void *arg)
+{
+    ring_word *w = arg;
+    w->value = seqcount_latch_read64(seqlock_latch(w->v->lock));
+    return 0;
+}
+
+static int
 load_recoveries(void *arg)
 {
     ring_word *w = arg;
@@ -987,8 +997,9 @@ RingReader_wait(RingReaderObject *self, PyObject *args, PyObject *kwargs)
 PyDoc_STRVAR(RingReader_wait_async_doc,
 "wait_async($self, /, timeout=None)\n--\n\n"
 "A coroutine: await it for wait(timeout)'s answer without blocking the\n"
-"event loop (a worker thread sleeps in slices of wait(); cancelling the\n"
-"await withdraws it within a slice).");
+"event loop.  One watcher thread per ring sleeps for every awaited wait\n"
+"on it in this process (as SeqRecord.wait_async()); cancelling the await\n"
+"withdraws it at once.");
 
 static PyObject *
 RingReader_wait_async(RingReaderObject *self, PyObject *args,
@@ -1010,6 +1021,28 @@ RingReader_wait_async(RingReaderObject *self, PyObject *args,
                                               (PyObject *)self, timeout);
     Py_DECREF(helper);
     return coroutine;
+}
+
+/* The ring's own news, for seqlock_py._news (as a record's sequence, wait()
+ * and _waiter()): its lock's count moves by 2 with every append, so one
+ * watcher thread per ring sleeps for all of its readers' wait_async(). */
+
+static PyObject *
+SeqRing_news_wait(SeqRingObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_wait(&self->lock, args, kwargs);
+}
+
+static PyObject *
+SeqRing_waiter(SeqRingObject *self, PyObject *args, PyObject *kwargs)
+{
+    return news_waiter((PyObject *)self, &self->lock, args, kwargs);
+}
+
+static PyObject *
+SeqRing_get_news_sequence(SeqRingObject *self, void *Py_UNUSED(closure))
+{
+    return ring_word_of(self, load_lock_count);
 }
 
 static PyObject *
@@ -1323,6 +1356,7 @@ SeqRing_traverse(SeqRingObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->snapshot_type);
+    Py_VISIT(self->closer);
     if (self->view.obj != NULL
         && (!PyMemoryView_Check(self->view.obj)
             || gc_may_clear_exported_memoryviews())) {
@@ -1338,6 +1372,7 @@ SeqRing_clear(SeqRingObject *self)
         bound_lock_fini(&self->lock);
         PyBuffer_Release(&self->view);
     }
+    Py_CLEAR(self->closer); /* after: its shared memory may close now */
     return 0;
 }
 
@@ -1401,8 +1436,75 @@ SeqRing_close(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
         self->view.obj = NULL;
         PyBuffer_Release(&view);
     }
+    PyObject *closer = self->closer; /* ours alone: we closed it */
+    self->closer = NULL;
     atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
+    if (closer != NULL) {
+        PyObject *done = PyObject_CallNoArgs(closer);
+        Py_DECREF(closer);
+        if (done == NULL) {
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
     Py_RETURN_NONE;
+}
+
+/* _close_with(closer): close() calls closer() after letting the buffer
+ * go (seqlock_py._shared). */
+static PyObject *
+SeqRing_close_with(SeqRingObject *self, PyObject *closer)
+{
+    if (record_is_closed(&self->rec)) {
+        (void)set_record_closed(&self->rec);
+        return NULL;
+    }
+    if (!PyCallable_Check(closer) || self->closer != NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_close_with() takes one callable, once");
+        return NULL;
+    }
+    self->closer = Py_NewRef(closer);
+    Py_RETURN_NONE;
+}
+
+#define RING_SHARED_USAGE \
+    "the shared memory's name, the capacity, then a NamedTuple class or " \
+    "the fields as keywords"
+
+PyDoc_STRVAR(SeqRing_create_shared_doc,
+"create_shared($type, name, capacity, declaration=None, /, **fields)\n--\n\n"
+"Create the named shared memory block name, as large as buffer_size()\n"
+"says, lay a new ring of capacity entries out in it (as create() does)\n"
+"and return the ring, which owns the block: its close() (or with block)\n"
+"closes the block and unlinks its name.  FileExistsError if the name\n"
+"exists, ValueError if it is not ASCII.  Other processes open it with\n"
+"SeqRing.attach_shared(name).  If this process exits without close(),\n"
+"the standard library's resource tracker unlinks the name at its exit\n"
+"(the block lives on while others map it).");
+
+static PyObject *
+SeqRing_create_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return call_shared("create_shared", type, args, kwargs, 2, 3,
+                       RING_SHARED_USAGE);
+}
+
+PyDoc_STRVAR(SeqRing_attach_shared_doc,
+"attach_shared($type, name, declaration=None, /, **fields)\n--\n\n"
+"Open the ring that SeqRing.create_shared(name) made, as attach() does\n"
+"(capacity, and the layout unless given, from the block's header).  The ring owns its\n"
+"mapping: close() (or a with block) closes it, never unlinking the name,\n"
+"and the standard library's resource tracker is kept out, so this\n"
+"process's exit never unlinks the block under the others.\n"
+"FileNotFoundError if the name does not exist.");
+
+static PyObject *
+SeqRing_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    return call_shared("attach_shared", type, args, kwargs, 1, 2,
+                       "the shared memory's name, then a NamedTuple class "
+                       "or the fields as keywords (or neither)");
 }
 
 static PyObject *
@@ -1534,7 +1636,25 @@ static PyMethodDef SeqRing_methods[] = {
      METH_VARARGS | METH_KEYWORDS, SeqRing_reader_doc},
     {"read_last", (PyCFunction)(void (*)(void))SeqRing_read_last,
      METH_VARARGS | METH_KEYWORDS, SeqRing_read_last_doc},
+    {"create_shared", (PyCFunction)(void (*)(void))SeqRing_create_shared,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRing_create_shared_doc},
+    {"attach_shared", (PyCFunction)(void (*)(void))SeqRing_attach_shared,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRing_attach_shared_doc},
     {"close", (PyCFunction)SeqRing_close, METH_NOARGS, SeqRing_close_doc},
+    {"_close_with", (PyCFunction)SeqRing_close_with, METH_O,
+     PyDoc_STR("_close_with($self, closer, /)\n--\n\n"
+               "Have close() call closer() after it lets the buffer go "
+               "(seqlock_py._shared).")},
+    {"_news_wait", (PyCFunction)(void (*)(void))SeqRing_news_wait,
+     METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
+               "SeqRecord.wait() on the ring's lock count: for "
+               "seqlock_py._news.")},
+    {"_waiter", (PyCFunction)(void (*)(void))SeqRing_waiter,
+     METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"
+               "A cancellable wait on the ring's lock count: for "
+               "seqlock_py._news.")},
     {"__enter__", (PyCFunction)SeqRing_enter, METH_NOARGS,
      PyDoc_STR("__enter__($self, /)\n--\n\nReturn the ring (ValueError if "
                "it is closed).")},
@@ -1573,6 +1693,9 @@ static PyGetSetDef SeqRing_getset[] = {
      NULL},
     {"closed", (getter)SeqRing_get_closed, NULL,
      PyDoc_STR("True once close() has been called."), NULL},
+    {"_news_sequence", (getter)SeqRing_get_news_sequence, NULL,
+     PyDoc_STR("The ring's lock count (odd during an append): for "
+               "seqlock_py._news."), NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

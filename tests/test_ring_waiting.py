@@ -1,0 +1,171 @@
+"""Readers of a ring that wait: RingReader.wait() and wait_async().
+
+Every awaited wait on one ring, whatever its reader and event loop, shares
+the ring's one watcher thread ("seqlock_py wait_async", as a record's):
+2,000 pending waits are one thread, one append answers them all, a cancel
+or a timeout withdraws its registration at once, close() ends the waits
+with ValueError, and an append in another process wakes them.  Thread
+counts are counts, never times; every wait has a deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+
+import pytest
+
+from process_helpers import PythonProcess
+from seqlock_py import SeqRing, _news
+from workers import LONG, no_waiter_thread_left, os_threads, until, waiter_threads
+
+MANY = 2000
+
+
+def small_ring():
+    return SeqRing(8, n="q")
+
+
+@pytest.mark.timeout(60)
+def test_two_thousand_wait_async_on_one_ring_share_one_watcher_thread_and_all_wake():
+    ring = small_ring()
+    readers = [ring.reader() for _ in range(MANY)]
+    before = os_threads()
+
+    async def main():
+        tasks = [asyncio.ensure_future(r.wait_async(LONG)) for r in readers]
+        everything = asyncio.gather(*tasks)
+        await until(lambda: _news._pending_waits(ring) == MANY)
+        counted = os_threads(), len(waiter_threads())
+        appender = threading.Thread(target=ring.append, kwargs={"n": 1})
+        appender.start()
+        results = await asyncio.wait_for(everything, LONG)
+        appender.join()
+        return counted, results
+
+    (threads, watchers), results = asyncio.run(main())
+    assert watchers == 1
+    assert threads - before <= 1, f"{threads - before} threads for {MANY} waits"
+    assert results.count(True) == MANY
+    assert all(r.poll() == [(0, (1,))] for r in readers)
+    assert _news._pending_waits(ring) == 0
+    assert no_waiter_thread_left()
+
+
+@pytest.mark.timeout(60)
+def test_cancelling_wait_async_withdraws_every_registration_and_ends_the_watcher():
+    ring = small_ring()
+
+    async def main():
+        tasks = [asyncio.ensure_future(ring.reader().wait_async(LONG)) for _ in range(100)]
+        await until(lambda: _news._pending_waits(ring) == 100)
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return sum(isinstance(r, asyncio.CancelledError) for r in results)
+
+    assert asyncio.run(main()) == 100
+    assert _news._pending_waits(ring) == 0
+    assert no_waiter_thread_left()
+
+
+def test_wait_async_that_times_out_returns_false_and_leaves_no_registration():
+    ring = small_ring()
+    assert asyncio.run(ring.reader().wait_async(0.05)) is False
+    assert _news._pending_waits(ring) == 0
+    assert no_waiter_thread_left()
+
+
+def test_wait_async_returns_at_once_when_an_entry_is_unpolled():
+    ring = small_ring()
+    reader = ring.reader()
+    ring.append(n=1)
+    assert asyncio.run(reader.wait_async(0)) is True
+    assert waiter_threads() == []
+
+
+def test_wait_async_of_a_reader_past_an_earlier_append_still_waits_for_the_next():
+    ring = small_ring()
+    ring.append(n=1)
+    reader = ring.reader()  # after the entry already there
+
+    async def main():
+        waiting = asyncio.ensure_future(reader.wait_async(LONG))
+        await until(lambda: _news._pending_waits(ring) == 1)
+        assert not waiting.done()
+        ring.append(n=2)
+        return await waiting
+
+    assert asyncio.run(main()) is True
+    assert reader.poll() == [(1, (2,))]
+
+
+@pytest.mark.timeout(60)
+def test_close_ends_a_pending_wait_async_with_value_error():
+    ring = small_ring()
+    reader = ring.reader()
+
+    async def main():
+        waiting = asyncio.ensure_future(reader.wait_async(LONG))
+        await until(lambda: _news._pending_waits(ring) == 1)
+        closer = threading.Thread(target=ring.close)
+        closer.start()
+        try:
+            return await asyncio.wait_for(asyncio.gather(waiting, return_exceptions=True), LONG)
+        finally:
+            closer.join(LONG)
+
+    [outcome] = asyncio.run(main())
+    assert isinstance(outcome, ValueError) and "closed" in str(outcome)
+    assert ring.closed
+    assert no_waiter_thread_left()
+
+
+APPENDER = """
+import sys
+from seqlock_py import SeqRing
+with SeqRing.attach_shared(sys.argv[1]) as ring:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    ring.append(n=7)
+print("appended", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_wait_async_is_woken_by_an_append_in_another_process():
+    name = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with SeqRing.create_shared(name, 8, n="q") as ring:
+        reader = ring.reader()
+        with PythonProcess(APPENDER, name) as child:
+            child.expect("ready")
+
+            async def main():
+                waiting = asyncio.ensure_future(reader.wait_async(LONG))
+                await until(lambda: _news._pending_waits(ring) == 1)
+                child.tell("go")
+                return await waiting
+
+            assert asyncio.run(main()) is True
+            child.expect("appended")
+            code, out = child.finish()
+            assert code == 0, out
+        assert reader.poll() == [(0, (7,))]
+
+
+def test_readers_of_two_rings_wait_on_one_watcher_each():
+    first, second = small_ring(), small_ring()
+    a, b = first.reader(), second.reader()
+
+    async def main():
+        waits = [asyncio.ensure_future(r.wait_async(LONG)) for r in (a, b)]
+        await until(lambda: _news._pending_waits() == 2)
+        watchers = len(waiter_threads())
+        first.append(n=1)
+        done = await asyncio.wait_for(waits[0], LONG)
+        still_waiting = not waits[1].done()
+        second.append(n=2)
+        return watchers, done, still_waiting, await asyncio.wait_for(waits[1], LONG)
+
+    assert asyncio.run(main()) == (2, True, True, True)
