@@ -1,0 +1,76 @@
+"""A writer process killed while it appends to a shared ring: its half
+written entry is never delivered, the next append takes the lock over and
+counts it in ring.recoveries, and the sequence numbers stay consecutive.
+
+Each round starts a writer process that appends flat out entries of a
+2 MB field (so a good part of its time is inside the copy under the lock),
+kills it with SIGKILL at a random moment, and appends one entry itself.
+A reader that polls after each kill (the dead writer's entry still half
+written) and again after the next append checks every entry it is handed (each
+holds one value throughout) and that sequence numbers run on without a
+gap beyond what it counts missed.  Rounds go on until three kills landed
+inside an append, or 60 rounds.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+
+import pytest
+
+from process_helpers import PythonProcess
+from seqlock_py import SeqRing
+
+WORDS = 250_000
+
+WRITER = """
+import array, sys
+from seqlock_py import SeqRing
+ring = SeqRing.attach_shared(sys.argv[1])
+words = int(sys.argv[2])
+print("ready", flush=True)
+tag = int(sys.argv[3])
+while True:
+    ring.append(tag=tag, big=array.array("d", [float(tag)]) * words)
+    tag += 1
+"""
+
+
+def whole(entry):
+    return entry.big[0] == entry.big[-1] == float(entry.tag) and set(entry.big) == {float(entry.tag)}
+
+
+@pytest.mark.timeout(300)
+def test_writers_killed_mid_append_never_deliver_a_half_written_entry():
+    name = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    rng = random.Random(20)
+    delivered = torn = disorder = rounds = 0
+    with SeqRing.create_shared(name, 4, tag="q", big=f"{WORDS}d") as ring:
+        reader = ring.reader(oldest=True)
+        expected = 0
+        while ring.recoveries < 3 and rounds < 60:
+            rounds += 1
+            with PythonProcess(WRITER, name, WORDS, rounds * 1_000_000) as writer:
+                writer.expect("ready")
+                time.sleep(rng.uniform(0.005, 0.05))
+                writer.kill()
+            for polled_after_append in (False, True):
+                # First with the dead writer's entry still half written.
+                if polled_after_append:
+                    seq = ring.append(tag=-rounds, big=[float(-rounds)] * WORDS)
+                for got, entry in reader.poll():
+                    delivered += 1
+                    torn += not whole(entry)
+                    disorder += got < expected
+                    expected = got + 1
+            assert expected == seq + 1
+        head = ring.head
+        recoveries = ring.recoveries
+        missed = reader.missed
+    print(f"rounds {rounds}, recoveries {recoveries}, delivered {delivered}, "
+          f"missed {missed}, head {head}, torn {torn}")
+    assert torn == 0 and disorder == 0
+    assert delivered + missed == head
+    assert recoveries >= 1, f"no kill landed inside an append in {rounds} rounds"
