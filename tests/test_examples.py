@@ -40,10 +40,13 @@ def test_the_pose_publishers_readers_see_only_whole_poses():
     assert number(r"log_lines\s+([\d,]+)", out) > 0
 
 
-def test_the_market_feeds_strategy_processes_see_only_whole_quotes():
+def test_the_market_feeds_strategy_processes_react_to_every_tick_through_the_ring():
     out = run("market_feed.py", "--seconds", "1", "--strategies", "4")
-    assert "every quote every strategy saw was whole" in out
-    assert len(re.findall(r"strategy \d: reacted to [\d,]+ quotes", out)) == 4
+    assert "every tick every strategy saw was whole" in out
+    counts = re.findall(r"strategy \d: reacted to ([\d,]+) of ([\d,]+) ticks, missed 0,", out)
+    assert len(counts) == 4, out
+    # The ring holds 16,384 ticks, more than a second's: none is missed.
+    assert all(seen == total for seen, total in counts), out
 
 
 def test_the_stats_services_long_polls_are_answered_on_a_handful_of_threads():
