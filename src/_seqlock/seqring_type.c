@@ -845,6 +845,49 @@ PyDoc_STRVAR(RingReader_poll_doc,
 "writes nothing shared.  RuntimeError if the ring was rewound (created\n"
 "anew over the same buffer): make a new reader.");
 
+/* Entries after the reader's place, by the head seen now: at most
+ * capacity of them are there (more: a lapped reader skips the rest).  A
+ * head below the place (rewound) counts as one, for read_entries() to
+ * report. */
+typedef struct {
+    const ring_reader *r;
+    const ring_view *v;
+    uint64_t ahead;
+} counting;
+
+static int
+count_ahead(void *arg)
+{
+    counting *c = arg;
+    uint64_t head = ring_head(c->v);
+    uint64_t next = c->r->next;
+    c->ahead = head < next ? 1 : head - next;
+    return 0;
+}
+
+/* (seq, snapshot) */
+static PyObject *
+entry_pair(SeqRingObject *ring, uint64_t seq, const unsigned char *buf)
+{
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        return NULL;
+    }
+    PyObject *number = PyLong_FromUnsignedLongLong(seq);
+    if (number == NULL) {
+        Py_DECREF(pair);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, number);
+    PyObject *snap = entry_snapshot(ring, buf);
+    if (snap == NULL) {
+        Py_DECREF(pair);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 1, snap);
+    return pair;
+}
+
 static PyObject *
 RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -853,9 +896,22 @@ RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     PyObject *list = NULL;
+    unsigned char stack_out[STACK_SNAPSHOT_BYTES];
+    uint64_t stack_seqs[8];
+    unsigned char *out = NULL;
+    uint64_t *seqs = NULL;
+    counting c = {&self->r, &ring->ring, 0};
+    int unused;
+    if (ring_call(ring, count_ahead, &c, &unused) < 0) {
+        goto done;
+    }
+    list = PyList_New(0);
+    if (list == NULL || c.ahead == 0) {
+        goto done; /* nothing new: no buffer */
+    }
+    /* Batches of what is there now, at most capacity entries and at most
+     * 1 MiB of them, each copied out whole before its objects are built. */
     size_t eb = ring->ring.entry_bytes;
-    /* Batches of at most max entries (capacity, at most 1 MiB of them),
-     * each copied out whole before its objects are built. */
     size_t max = ((size_t)1 << 20) / eb;
     if (max == 0) {
         max = 1;
@@ -863,29 +919,28 @@ RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
     if (ring->ring.capacity < max) {
         max = (size_t)ring->ring.capacity;
     }
-    unsigned char *out = PyMem_Malloc(max * eb);
-    uint64_t *seqs = PyMem_Malloc(max * sizeof *seqs);
-    if (out == NULL || seqs == NULL) {
-        PyErr_NoMemory();
-        goto done;
+    if (c.ahead < max) {
+        max = (size_t)c.ahead;
     }
-    list = PyList_New(0);
-    if (list == NULL) {
+    out = scratch(stack_out, max * eb);
+    seqs = max <= Py_ARRAY_LENGTH(stack_seqs)
+               ? stack_seqs
+               : PyMem_Malloc(max * sizeof *seqs);
+    if (out == NULL || seqs == NULL) {
+        if (seqs == NULL) {
+            PyErr_NoMemory();
+        }
+        Py_CLEAR(list);
         goto done;
     }
     for (;;) {
         reading g = {&self->r, &ring->ring, out, seqs, max, 0, 0};
-        int unused;
         if (ring_call(ring, read_entries, &g, &unused) < 0) {
             Py_CLEAR(list);
             goto done;
         }
         for (size_t i = 0; i < g.got; i++) {
-            PyObject *snap = entry_snapshot(ring, out + i * eb);
-            PyObject *pair = snap == NULL ? NULL
-                             : Py_BuildValue("(KN)",
-                                             (unsigned long long)seqs[i],
-                                             snap);
+            PyObject *pair = entry_pair(ring, seqs[i], out + i * eb);
             if (pair == NULL || PyList_Append(list, pair) < 0) {
                 Py_XDECREF(pair);
                 Py_CLEAR(list);
@@ -901,13 +956,18 @@ RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
         /* Stop at the head the batch saw: a writer faster than this
          * reader would keep one call going for ever. */
         if (g.got < max || g.rewound
-            || (uint64_t)PyList_GET_SIZE(list) >= ring->ring.capacity) {
+            || (uint64_t)PyList_GET_SIZE(list) >= ring->ring.capacity
+            || (uint64_t)PyList_GET_SIZE(list) >= c.ahead) {
             break;
         }
     }
 done:
-    PyMem_Free(out);
-    PyMem_Free(seqs);
+    if (out != NULL) {
+        scratch_free(out, stack_out);
+    }
+    if (seqs != NULL && seqs != stack_seqs) {
+        PyMem_Free(seqs);
+    }
     reader_leave(self);
     return list;
 }
