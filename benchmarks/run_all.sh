@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # benchmarks/run_all.sh - the whole comparison, one command:
-# benchmarks/compare.py, bench_latch.py and bench_wait.py under the normal and
-# the free-threaded CPython, each in its own virtual environment
-# (build/bench-venv/<tag>) with the package and the optional extra "bench"
-# installed, then the plots and the README tables from both results.
+# benchmarks/compare.py, bench_latch.py, bench_wait.py and bench_ring.py under
+# the normal and the free-threaded CPython, each in its own virtual
+# environment (build/bench-venv/<tag>) with the package, the optional extra
+# "bench" and bench_ring.py's peers (RING_PEERS: installed here only, never a
+# dependency of the package, not even an optional one) installed, then the
+# plots and the README tables from both results.
 #
 #   SEQLOCK_PYTHON     the normal interpreter (default: python3)
 #   SEQLOCK_FT_PYTHON  a free-threaded one (default: tools/ft-python)
@@ -11,12 +13,12 @@
 #                      (default d2b914f, the parent of wait(); built from
 #                      `git archive` into build/baseline/<tag>)
 #   extra arguments go to compare.py (e.g. --quick, --repeats 3);
-#   bench_latch.py and bench_wait.py run with their defaults (about 3 and
-#   4 minutes per interpreter)
+#   bench_latch.py, bench_wait.py and bench_ring.py run with their defaults
+#   (about 3, 4 and 4 minutes per interpreter)
 #
 # Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png,
 # idioms.png and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;
-# wait-<tag>.json and wait_table.md.
+# wait-<tag>.json and wait_table.md; ring_<tag>.json.
 # Contenders without a binary wheel for an interpreter are skipped there
 # (never built from source) and listed in its output.
 set -euo pipefail
@@ -29,6 +31,8 @@ mkdir -p "$RESULTS"
 NORMAL=$(command -v "${SEQLOCK_PYTHON:-python3}")
 FREE=$(tools/ft-python)
 BASELINE=${SEQLOCK_WAIT_BASELINE:-d2b914f}
+# bench_ring.py's peers (its PEERS): the versions whose API it uses.
+RING_PEERS=(zerochannel==0.1.2 safe-shm==0.1.1)
 rm -rf build/baseline/src
 mkdir -p build/baseline/src
 git archive "$BASELINE" | tar -x -C build/baseline/src
@@ -45,6 +49,10 @@ for py in "$NORMAL" "$FREE"; do
         "$venv/bin/python" -m pip install -q --only-binary=:all: "$req" \
             >/dev/null 2>&1 || echo "(no wheel of '$req' for $tag: skipped there)"
     done < <(tools/extra-deps bench)
+    for req in numpy "${RING_PEERS[@]}"; do
+        "$venv/bin/python" -m pip install -q --only-binary=:all: "$req" \
+            >/dev/null 2>&1 || echo "(no wheel of '$req' for $tag: skipped there)"
+    done
     # -P: import the installed package, not the source folder.
     "$venv/bin/python" -P benchmarks/compare.py --json "$RESULTS/$tag.json" "$@"
     jsons+=("$RESULTS/$tag.json")
@@ -58,6 +66,8 @@ for py in "$NORMAL" "$FREE"; do
         --json "$RESULTS/wait-$tag.json" \
         --baseline "build/baseline/$tag" --baseline-label "$BASELINE"
     wait_jsons+=("$RESULTS/wait-$tag.json")
+    "$venv/bin/python" -P benchmarks/bench_ring.py \
+        --json "$RESULTS/ring_$tag.json"
     if [ "$py" = "$NORMAL" ]; then normal_venv=$venv; fi
 done
 
