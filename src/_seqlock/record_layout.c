@@ -369,6 +369,21 @@ layout_find(const record_layout *layout, PyObject *name)
     return &layout->fields[PyLong_AsSsize_t(index)];
 }
 
+const field_spec *
+layout_match(const record_layout *layout, PyObject *name, Py_ssize_t *next)
+{
+    Py_ssize_t nf = layout->nfields;
+    Py_ssize_t j = *next;
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        if (layout->fields[j].name == name) {
+            *next = j + 1 == nf ? 0 : j + 1;
+            return &layout->fields[j];
+        }
+        j = j + 1 == nf ? 0 : j + 1;
+    }
+    return layout_find(layout, name);
+}
+
 /* ---- values <-> bytes ---- */
 
 /* A shape as a tuple of ints, for messages. */

@@ -37,6 +37,13 @@ record_layout *layout_from_kwargs(PyObject *kwargs);
 void layout_free(record_layout *layout);
 /* The field called name, or NULL (an exception only if lookup failed). */
 const field_spec *layout_find(const record_layout *layout, PyObject *name);
+/* layout_find() for the keywords of one call, in turn: first by identity
+ * (field names are interned, as are the keywords of a call written in the
+ * source), starting where the previous keyword's field ended (*next: 0 at
+ * the first), since calls tend to name fields in order; then by lookup (a
+ * str built at run time, a str subclass). */
+const field_spec *layout_match(const record_layout *layout, PyObject *name,
+                               Py_ssize_t *next);
 /* Convert value for field f to its bytes in out (f->count * f->item_size
  * of them); -1 with TypeError/ValueError/OverflowError, or whatever the
  * value's own conversion methods raised.  Runs user code (__float__,

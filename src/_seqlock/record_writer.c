@@ -84,30 +84,6 @@ typedef struct {
 /* Keywords matched without allocating, on the way most calls take. */
 #define STACK_CHOSEN 16
 
-/* The field called name: first by identity (field names are interned, as
- * are the keywords of a call written in the source), starting where the
- * previous keyword's field ended, since calls tend to name fields in
- * order; then by lookup (a str built at run time, a str subclass).  NULL
- * with TypeError if there is none. */
-static const field_spec *
-match_field(const record_layout *layout, PyObject *name, Py_ssize_t *next)
-{
-    Py_ssize_t nf = layout->nfields;
-    Py_ssize_t j = *next;
-    for (Py_ssize_t k = 0; k < nf; k++) {
-        if (layout->fields[j].name == name) {
-            *next = j + 1 == nf ? 0 : j + 1;
-            return &layout->fields[j];
-        }
-        j = j + 1 == nf ? 0 : j + 1;
-    }
-    const field_spec *f = layout_find(layout, name);
-    if (f == NULL && !PyErr_Occurred()) {
-        PyErr_Format(PyExc_TypeError, "the record has no field %R", name);
-    }
-    return f;
-}
-
 /* Match update()'s keywords to fields (chosen[i] for kwnames[i]), each
  * given room in a scratch buffer of *total bytes.  A lookup may run user
  * code (a str subclass's __eq__): the call's kwnames tuple keeps every
@@ -120,8 +96,12 @@ choose_fields(const record_layout *layout, PyObject *kwnames, Py_ssize_t n,
     size_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        const field_spec *f = match_field(layout, name, &next);
+        const field_spec *f = layout_match(layout, name, &next);
         if (f == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_TypeError, "the record has no field %R",
+                             name);
+            }
             return -1;
         }
         for (Py_ssize_t k = 0; k < i; k++) {

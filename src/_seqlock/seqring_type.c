@@ -704,10 +704,11 @@ SeqRing_append(SeqRingObject *self, PyObject *const *args, Py_ssize_t nargsf,
     memset(buf, 0, bytes);
     PyObject *result = NULL;
     Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t next = 0;
     /* Conversions run user code: none of it with the ring locked. */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        const field_spec *f = layout_find(layout, name);
+        const field_spec *f = layout_match(layout, name, &next);
         if (f == NULL) {
             if (!PyErr_Occurred()) {
                 PyErr_Format(PyExc_TypeError, "the ring has no field %R",
