@@ -18,6 +18,69 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef __linux__
+/* The number of the given base (16 or 10) at *p, moving *p past it: 0 if
+ * it has no digit (or overflows).  Not sscanf(): under _GNU_SOURCE, glibc
+ * 2.38 and later redirect it to __isoc23_sscanf, and an extension built
+ * there would need that glibc to load. */
+static int
+take_number(const char **p, unsigned base, uintptr_t *value)
+{
+    const char *q = *p;
+    uintptr_t v = 0;
+    for (;; q++) {
+        unsigned digit;
+        if (*q >= '0' && *q <= '9') {
+            digit = (unsigned)(*q - '0');
+        }
+        else if (base == 16 && *q >= 'a' && *q <= 'f') {
+            digit = (unsigned)(*q - 'a') + 10;
+        }
+        else {
+            break;
+        }
+        if (v > (UINTPTR_MAX - digit) / base) {
+            return 0;
+        }
+        v = v * base + digit;
+    }
+    if (q == *p) {
+        return 0;
+    }
+    *p = q;
+    *value = v;
+    return 1;
+}
+
+/* A line of /proc/self/maps, "start-end perms offset device inode ...":
+ * 1 with its fields, else 0. */
+static int
+parse_mapping(const char *line, uintptr_t *start, uintptr_t *end,
+              char perms[5], uintptr_t *inode)
+{
+    const char *p = line;
+    uintptr_t offset;
+    if (!take_number(&p, 16, start) || *p++ != '-'
+        || !take_number(&p, 16, end) || *p++ != ' ') {
+        return 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (*p == '\0' || *p == ' ') {
+            return 0;
+        }
+        perms[i] = *p++;
+    }
+    perms[4] = '\0';
+    if (*p++ != ' ' || !take_number(&p, 16, &offset) || *p++ != ' ') {
+        return 0;
+    }
+    while (*p != '\0' && *p != ' ') { /* the device, "fd:01" */
+        p++;
+    }
+    return *p++ == ' ' && take_number(&p, 10, inode);
+}
+#endif
+
 /* The permissions of the mapping holding addr ("rw-s"), in perms[5], and
  * in *file whether a file backs it (an inode other than 0); 0 if found,
  * -1 if the kernel does not say. */
@@ -37,11 +100,8 @@ mapping_permissions(const void *addr, char perms[5], int *file)
          * long line (a path) arrives in further pieces: skip those. */
         int starts_here = line_start;
         line_start = strchr(line, '\n') != NULL;
-        unsigned long start, end, offset, inode;
-        char device[32];
-        if (starts_here
-            && sscanf(line, "%lx-%lx %4s %lx %31s %lu", &start, &end, perms,
-                      &offset, device, &inode) == 6
+        uintptr_t start, end, inode;
+        if (starts_here && parse_mapping(line, &start, &end, perms, &inode)
             && at >= start && at < end) {
             *file = inode != 0;
             result = 0;

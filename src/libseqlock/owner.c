@@ -33,6 +33,24 @@
 #define NS_UNAVAILABLE 1
 static _Atomic uint64_t my_pid_ns = NS_UNKNOWN;
 
+/* The unsigned decimal number p starts with, *end past its digits (p if
+ * it has none); UINT64_MAX if it is larger.  Not strtoull(): under
+ * _GNU_SOURCE, glibc 2.38 and later redirect it to __isoc23_strtoull, and
+ * a library built there would need that glibc to load. */
+static uint64_t
+parse_decimal(const char *p, const char **end)
+{
+    uint64_t value = 0;
+    while (*p >= '0' && *p <= '9') {
+        unsigned digit = (unsigned)(*p - '0');
+        value = value > (UINT64_MAX - digit) / 10 ? UINT64_MAX
+                                                   : value * 10 + digit;
+        p++;
+    }
+    *end = p;
+    return value;
+}
+
 static uint64_t
 pid_namespace(void)
 {
@@ -47,7 +65,9 @@ pid_namespace(void)
     struct stat st;
     if (n > 0) {
         self[n] = '\0';
-        if (strtol(self, NULL, 10) == (long)getpid()
+        const char *end;
+        uint64_t pid = parse_decimal(self, &end);
+        if (end != self && *end == '\0' && pid == (uint64_t)getpid()
             && stat("/proc/self/ns/pid", &st) == 0 && st.st_ino > 1) {
             ns = (uint64_t)st.st_ino;
         }
@@ -100,8 +120,8 @@ thread_status(uint32_t tid, char *state, uint64_t *started)
         }
         p++;
     }
-    char *end;
-    unsigned long long ticks = strtoull(p, &end, 10);
+    const char *end;
+    uint64_t ticks = parse_decimal(p, &end);
     if (end == p) {
         return EIO;
     }
