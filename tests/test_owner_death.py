@@ -496,7 +496,7 @@ for i in (0, held - 1):
     with recs[i].write(timeout=5) as w:
         assert w.x == 1  # the half-write discarded
     assert recs[i].recoveries == 1
-print("ok")
+print("ok", flush=True)  # os._exit() flushes nothing
 os._exit(0)
 """
 
