@@ -317,6 +317,41 @@ def test_read_last_refuses_an_out_of_another_dtype():
         ring.read_last(2, out=np.zeros(2, [("x", "f8")]))
 
 
+@pytest.mark.parametrize("kind", ["bytearray", "elements", "2-d", "0-d"])
+def test_read_last_refuses_an_out_whose_rows_are_not_entries(kind):
+    """Failed (hostile review of issue 20): read_last() took any out that
+    read_into() takes (bytes, an array of the record's only element type,
+    an array of ring.dtype of any shape), filled it with entries, then
+    returned out[:got]: got bytes, got floats (two per entry) or got rows
+    of a 2-D array beside the sequence number of the first entry, and
+    IndexError after filling a 0-d one."""
+    np = pytest.importorskip("numpy")
+    ring = SeqRing(8, x="d", y="d")
+    for i in range(10):
+        ring.append(x=i, y=-i)
+    out = {
+        "bytearray": lambda: bytearray(200),
+        "elements": lambda: np.zeros(8),
+        "2-d": lambda: np.zeros((2, 2), ring.dtype),
+        "0-d": lambda: np.zeros((), ring.dtype),
+    }[kind]()
+    before = bytes(memoryview(out).cast("B"))
+    with pytest.raises(TypeError, match="one-dimensional array of ring.dtype"):
+        ring.read_last(2 if kind != "0-d" else 1, out=out)
+    assert bytes(memoryview(out).cast("B")) == before
+
+
+def test_read_last_of_a_one_field_ring_fills_an_array_of_its_type():
+    """Holds: a ring of one 'd' field reads into numpy.zeros(n): one
+    float per entry is one row per entry."""
+    np = pytest.importorskip("numpy")
+    ring = SeqRing(8, x="d")
+    for i in range(5):
+        ring.append(x=i)
+    first, rows = ring.read_last(3, out=np.zeros(4))
+    assert (first, rows.tolist()) == (2, [2.0, 3.0, 4.0])
+
+
 def test_read_last_refuses_an_out_too_short():
     np = pytest.importorskip("numpy")
     ring = small_ring(8)

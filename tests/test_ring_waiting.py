@@ -169,3 +169,69 @@ def test_readers_of_two_rings_wait_on_one_watcher_each():
         return watchers, done, still_waiting, await asyncio.wait_for(waits[1], LONG)
 
     assert asyncio.run(main()) == (2, True, True, True)
+
+
+FINALISED_UNDER_THE_LOCK = """
+import asyncio, gc, time
+from seqlock_py import SeqRing, _news
+gc.disable()
+ring = SeqRing(8, n="q")
+loop = asyncio.new_event_loop()
+loop.create_task(ring.reader().wait_async())
+loop.run_until_complete(asyncio.sleep(0.05))  # registered, never resumed
+loop.close()
+del loop
+ring.append(n=1)  # answered, to a closed loop: the task is now garbage
+deadline = time.monotonic() + 10
+while _news._pending_waits(ring) and time.monotonic() < deadline:
+    time.sleep(0.01)
+with _news._lock:  # as inside _register()'s allocations
+    gc.collect()
+print("collected", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_async_finalised_by_the_gc_under_the_watchers_lock_does_not_deadlock():
+    """Failed (hostile review of issue 20): a wait_async() left pending on
+    an event loop closed under it becomes garbage once an append answers
+    it; when the garbage collector finalised its coroutine inside one of
+    _news's own sections (any allocation under _news._lock: _register()
+    starting a watcher thread, on any thread), the coroutine's finally
+    took _news._lock again and that thread hung for good, and every
+    wait_async of the process after it (records' too)."""
+    with PythonProcess(FINALISED_UNDER_THE_LOCK) as child:
+        child.expect("collected", timeout=LONG)
+        code, out = child.finish()
+    assert code == 0, out
+
+
+SHUTDOWN_WITH_A_PENDING_WAIT = """
+import asyncio, threading, time
+from seqlock_py import SeqRecord, SeqRing, _news
+ring, rec = SeqRing(8, n="q"), SeqRecord(n="q")
+def loop_thread():
+    async def main():
+        answers = await asyncio.gather(rec.wait_async(rec.sequence), ring.reader().wait_async(),
+                                       return_exceptions=True)
+        print("answers", [a if isinstance(a, bool) else repr(a) for a in answers], flush=True)
+    asyncio.run(main())
+threading.Thread(target=loop_thread).start()  # not a daemon: joined at exit
+while _news._pending_waits() < 2:
+    time.sleep(0.01)
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_async_pending_at_interpreter_shutdown_returns_false_as_a_records_does():
+    """Failed (hostile review of issue 20): at shutdown the watcher answers
+    every pending wait False; a record's wait_async() returned False, a
+    ring reader's looked again (its nap had ended, it thought) and raised
+    RuntimeError("can't wait_async at interpreter shutdown") into the
+    task of a loop thread the interpreter was joining."""
+    with PythonProcess(SHUTDOWN_WITH_A_PENDING_WAIT) as child:
+        child.expect("exiting", timeout=LONG)
+        code, out = child.finish()
+    assert code == 0, out
+    assert "answers [False, False]" in out, out
