@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import uuid
 
 import pytest
@@ -235,3 +236,108 @@ def test_a_wait_async_pending_at_interpreter_shutdown_returns_false_as_a_records
         code, out = child.finish()
     assert code == 0, out
     assert "answers [False, False]" in out, out
+
+
+STORM_APPENDER = """
+import sys, time
+from seqlock_py import SeqRing
+with SeqRing.attach_shared(sys.argv[1]) as ring:
+    print("ready", flush=True)
+    end, k = time.monotonic() + float(sys.argv[2]), 0
+    while time.monotonic() < end:
+        k += 1
+        ring.append(x=k, y=-k)
+        if k % 4 == 0:
+            time.sleep(0.001)
+print("appended", k, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_wait_async_storm_on_three_loops_with_cancels_and_timeouts_delivers_every_entry_or_counts_it():
+    """Held (hostile review of issue 20; 3.11 and 3.13t): 900 tasks on 3
+    event loops in 3 threads, each with its own reader, wait (no timeout,
+    timeouts, wait_for timeouts, cancels at random moments) and poll
+    while another process appends for 3 s: every task's delivered +
+    missed equals the entries since its start, none torn, and no wait is
+    left registered and no watcher left once they end."""
+    import collections
+    import random
+
+    name = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    stats = collections.Counter()
+    counting = threading.Lock()
+    done = threading.Event()
+
+    with SeqRing.create_shared(name, 64, x="q", y="q") as ring:
+
+        def run_loop(index):
+            async def task(n):
+                rng = random.Random(index * 1000 + n)
+                reader = ring.reader(oldest=True)
+                start, seen, torn = reader.next_sequence, 0, 0
+                kinds = collections.Counter()
+
+                def take():
+                    nonlocal seen, torn
+                    for seq, e in reader.poll():
+                        seen += 1
+                        torn += e.y != -e.x or e.x != seq + 1
+
+                while not done.is_set():
+                    kind = rng.randrange(4)
+                    if kind == 0:
+                        kinds[await reader.wait_async(rng.choice([None, 0, 0.001, 0.05]))] += 1
+                    elif kind == 1:
+                        take()  # so that the wait has to wait
+                        waiting = asyncio.ensure_future(reader.wait_async())
+                        await asyncio.sleep(rng.random() * 0.003)
+                        waiting.cancel()
+                        try:
+                            await waiting
+                        except asyncio.CancelledError:
+                            kinds["cancelled"] += 1
+                    elif kind == 2:
+                        try:
+                            await asyncio.wait_for(reader.wait_async(), rng.random() * 0.01)
+                        except asyncio.TimeoutError:
+                            kinds["timed out"] += 1
+                    else:
+                        take()
+                take()
+                with counting:
+                    stats.update(kinds)
+                    stats["tasks"] += 1
+                    stats["seen"] += seen
+                    stats["torn"] += torn
+                    stats["exact"] += seen + reader.missed == reader.next_sequence - start
+
+            async def main():
+                await asyncio.gather(*(task(n) for n in range(300)))
+
+            asyncio.run(main())
+
+        with PythonProcess(STORM_APPENDER, name, 3.0) as child:
+            child.expect("ready")
+            threads = [threading.Thread(target=run_loop, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            child.expect("appended", timeout=LONG)
+            code, out = child.finish()
+        assert code == 0, out
+        done.set()
+        # Wake the untimed waits: appends until every loop has ended.
+        deadline = time.monotonic() + LONG
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            k = ring.head + 1
+            ring.append(x=k, y=-k)
+            time.sleep(0.02)
+        for t in threads:
+            t.join(LONG)
+        assert not any(t.is_alive() for t in threads)
+        print(dict(stats))
+        assert stats["tasks"] == stats["exact"] == 900
+        assert stats["torn"] == 0 and stats["seen"] > 0
+        assert stats[True] > 0 and stats["cancelled"] + stats["timed out"] + stats[False] > 0
+        assert _news._pending_waits(ring) == 0
+    assert no_waiter_thread_left()
