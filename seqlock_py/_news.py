@@ -120,12 +120,25 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
     if not _register(owner, seq, loop, answer):
         return True  # a write ended meanwhile
     timer = None if timeout is None else loop.call_later(timeout, _time_out, answer)
+    closed = False
     try:
         return await answer
+    except GeneratorExit:
+        closed = True
+        raise
     finally:
         if timer is not None:
             timer.cancel()
-        _withdraw(owner, seq, loop, answer)
+        if not closed:
+            _withdraw(owner, seq, loop, answer)
+        elif _lock.acquire(blocking=False):
+            _lock.release()
+            _withdraw(owner, seq, loop, answer)
+        # Else closed never resumed (its loop gone), by the garbage
+        # collector (answered already: garbage) inside a section of _lock,
+        # maybe this thread's: waiting for _lock could be waiting for
+        # ourselves.  A registration left behind is answered with the
+        # next write, to a loop nobody runs.
 
 
 def _time_out(answer: asyncio.Future[bool]) -> None:

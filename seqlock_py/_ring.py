@@ -9,7 +9,9 @@ an append that ends after the look moves it and answers the wait.
 
 Each wait for news lasts at most _NAP seconds before the reader looks
 again: a writer that died after publishing its entry but before closing
-its section moved the head without moving the count.
+its section moved the head without moving the count.  At interpreter
+shutdown the watcher answers False, and so does the reader's wait, as a
+record's does (looking again would raise RuntimeError).
 """
 
 from __future__ import annotations
@@ -41,4 +43,5 @@ async def wait_async(reader: Any, timeout: float | None) -> bool:
             if left <= 0:
                 return False
             piece = min(_NAP, left)
-        await _news.wait_async(ring, count, piece)
+        if not await _news.wait_async(ring, count, piece) and _news._stopping:
+            return False  # the interpreter shuts down: as a record's wait

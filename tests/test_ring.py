@@ -10,6 +10,9 @@ import asyncio
 import importlib.util
 import json
 import mmap
+import os
+import random
+import uuid
 import threading
 import time
 import typing
@@ -317,11 +320,74 @@ def test_read_last_refuses_an_out_of_another_dtype():
         ring.read_last(2, out=np.zeros(2, [("x", "f8")]))
 
 
+@pytest.mark.parametrize("kind", ["bytearray", "elements", "2-d", "0-d"])
+def test_read_last_refuses_an_out_whose_rows_are_not_entries(kind):
+    """Failed (hostile review of issue 20): read_last() took any out that
+    read_into() takes (bytes, an array of the record's only element type,
+    an array of ring.dtype of any shape), filled it with entries, then
+    returned out[:got]: got bytes, got floats (two per entry) or got rows
+    of a 2-D array beside the sequence number of the first entry, and
+    IndexError after filling a 0-d one."""
+    np = pytest.importorskip("numpy")
+    ring = SeqRing(8, x="d", y="d")
+    for i in range(10):
+        ring.append(x=i, y=-i)
+    out = {
+        "bytearray": lambda: bytearray(200),
+        "elements": lambda: np.zeros(8),
+        "2-d": lambda: np.zeros((2, 2), ring.dtype),
+        "0-d": lambda: np.zeros((), ring.dtype),
+    }[kind]()
+    before = bytes(memoryview(out).cast("B"))
+    with pytest.raises(TypeError, match="one-dimensional array of ring.dtype"):
+        ring.read_last(2 if kind != "0-d" else 1, out=out)
+    assert bytes(memoryview(out).cast("B")) == before
+
+
+def test_read_last_of_a_one_field_ring_fills_an_array_of_its_type():
+    """Holds: a ring of one 'd' field reads into numpy.zeros(n): one
+    float per entry is one row per entry."""
+    np = pytest.importorskip("numpy")
+    ring = SeqRing(8, x="d")
+    for i in range(5):
+        ring.append(x=i)
+    first, rows = ring.read_last(3, out=np.zeros(4))
+    assert (first, rows.tolist()) == (2, [2.0, 3.0, 4.0])
+
+
 def test_read_last_refuses_an_out_too_short():
     np = pytest.importorskip("numpy")
     ring = small_ring(8)
     with pytest.raises(ValueError, match="room"):
         ring.read_last(4, out=np.zeros(2, ring.dtype))
+
+
+# ---- sequence numbers near 2**64 (a head a co-tenant wrote) ----
+
+
+@pytest.mark.parametrize("head", [2**64 - 1, 2**64 - 7, 2**63 - 1])
+def test_a_head_written_near_2_64_wraps_and_readers_made_after_it_follow(head):
+    """Held (hostile review of issue 20): a co-tenant writes head near
+    2**64; appends go on from it and wrap to 0, readers made before the
+    wrap say the ring was rewound, a reader made after it gets every
+    entry retained, in order, each whole."""
+    cap = 5
+    buf = mmap.mmap(-1, SeqRing.buffer_size(cap, x="q"))
+    ring = SeqRing.create(buf, cap, x="q")
+    at = SeqRing.buffer_size(cap, x="q") - cap * 16 - 64  # head's line
+    buf[at:at + 8] = head.to_bytes(8, "little")
+    before = ring.reader()
+    seqs = [ring.append(x=i) for i in range(8)]
+    assert seqs == [(head + i) % 2**64 for i in range(8)]
+    entries = ring.reader(oldest=True).poll()
+    end = (head + 8) % 2**64  # the head now; the oldest retained: at most cap back, not below 0
+    assert [(seq, e.x) for seq, e in entries] == [
+        (seq, (seq - head) % 2**64) for seq in range(end - min(cap, end), end)]
+    if head + 8 > 2**64:
+        with pytest.raises(RuntimeError, match="rewound"):
+            before.poll()
+    else:
+        assert [e.x for _, e in before.poll()] == [3, 4, 5, 6, 7] and before.missed == 3
 
 
 # ---- close ----
@@ -439,3 +505,71 @@ def test_every_entry_is_delivered_in_order_or_counted_missed_across_processes():
     finally:
         shm.close()
         shm.unlink()
+
+
+@pytest.mark.timeout(120)
+def test_close_racing_every_call_from_other_threads_ends_each_with_value_error():
+    """Held (3.11, 3.13t; the ASan build): 20 rounds of 6 threads calling
+    append, poll, wait, wait_async, read_last(out=), reader() and the
+    attributes of a ring in shared memory (close() unmaps it) and of one
+    in process memory while the main thread closes it: every call returns
+    or raises ValueError("the ring is closed") (RuntimeError: a reader in
+    use by another thread), no crash, no thread left waiting."""
+    np = pytest.importorskip("numpy")
+    rng = random.Random(20)
+    outcomes = {"ok": 0, "closed": 0, "busy": 0}
+    count = threading.Lock()
+    for round_ in range(20):
+        if round_ % 2:
+            ring = SeqRing(16, x="d", v="4q")
+        else:
+            ring = SeqRing.create_shared(f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}", 16,
+                                         x="d", v="4q")
+        readers = [ring.reader(oldest=True) for _ in range(3)]
+        out = np.zeros(16, ring.dtype)
+        start = threading.Barrier(7)
+
+        def worker(i):
+            reader, mine = readers[i % 3], random.Random(i)
+            start.wait()
+            for _ in range(5000):
+                k = mine.randrange(7)
+                try:
+                    if k == 0:
+                        ring.append(x=1.0, v=(1, 2, 3, 4))
+                    elif k == 1:
+                        reader.poll()
+                    elif k == 2:
+                        reader.wait(0.001)
+                    elif k == 3:
+                        asyncio.run(reader.wait_async(0.001))
+                    elif k == 4:
+                        ring.read_last(8, out=out if i == 0 else None)
+                    elif k == 5:
+                        ring.reader()
+                    else:
+                        (ring.head, ring.recoveries, reader.missed, repr(ring))
+                    key = "ok"
+                except ValueError as exc:
+                    assert "closed" in str(exc)
+                    key = "closed"
+                except RuntimeError as exc:
+                    assert "in use by another thread" in str(exc)
+                    key = "busy"
+                with count:
+                    outcomes[key] += 1
+                if key == "closed":
+                    return
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        start.wait()
+        time.sleep(rng.uniform(0, 0.1))
+        ring.close()
+        for t in threads:
+            t.join(LONG)
+        assert not any(t.is_alive() for t in threads)
+    print(outcomes)
+    assert outcomes["closed"] == 20 * 6 or outcomes["ok"] > 0
+    assert outcomes["closed"] > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import uuid
 
 import pytest
@@ -169,3 +170,174 @@ def test_readers_of_two_rings_wait_on_one_watcher_each():
         return watchers, done, still_waiting, await asyncio.wait_for(waits[1], LONG)
 
     assert asyncio.run(main()) == (2, True, True, True)
+
+
+FINALISED_UNDER_THE_LOCK = """
+import asyncio, gc, time
+from seqlock_py import SeqRing, _news
+gc.disable()
+ring = SeqRing(8, n="q")
+loop = asyncio.new_event_loop()
+loop.create_task(ring.reader().wait_async())
+loop.run_until_complete(asyncio.sleep(0.05))  # registered, never resumed
+loop.close()
+del loop
+ring.append(n=1)  # answered, to a closed loop: the task is now garbage
+deadline = time.monotonic() + 10
+while _news._pending_waits(ring) and time.monotonic() < deadline:
+    time.sleep(0.01)
+with _news._lock:  # as inside _register()'s allocations
+    gc.collect()
+print("collected", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_async_finalised_by_the_gc_under_the_watchers_lock_does_not_deadlock():
+    """Failed (hostile review of issue 20): a wait_async() left pending on
+    an event loop closed under it becomes garbage once an append answers
+    it; when the garbage collector finalised its coroutine inside one of
+    _news's own sections (any allocation under _news._lock: _register()
+    starting a watcher thread, on any thread), the coroutine's finally
+    took _news._lock again and that thread hung for good, and every
+    wait_async of the process after it (records' too)."""
+    with PythonProcess(FINALISED_UNDER_THE_LOCK) as child:
+        child.expect("collected", timeout=LONG)
+        code, out = child.finish()
+    assert code == 0, out
+
+
+SHUTDOWN_WITH_A_PENDING_WAIT = """
+import asyncio, threading, time
+from seqlock_py import SeqRecord, SeqRing, _news
+ring, rec = SeqRing(8, n="q"), SeqRecord(n="q")
+def loop_thread():
+    async def main():
+        answers = await asyncio.gather(rec.wait_async(rec.sequence), ring.reader().wait_async(),
+                                       return_exceptions=True)
+        print("answers", [a if isinstance(a, bool) else repr(a) for a in answers], flush=True)
+    asyncio.run(main())
+threading.Thread(target=loop_thread).start()  # not a daemon: joined at exit
+while _news._pending_waits() < 2:
+    time.sleep(0.01)
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_async_pending_at_interpreter_shutdown_returns_false_as_a_records_does():
+    """Failed (hostile review of issue 20): at shutdown the watcher answers
+    every pending wait False; a record's wait_async() returned False, a
+    ring reader's looked again (its nap had ended, it thought) and raised
+    RuntimeError("can't wait_async at interpreter shutdown") into the
+    task of a loop thread the interpreter was joining."""
+    with PythonProcess(SHUTDOWN_WITH_A_PENDING_WAIT) as child:
+        child.expect("exiting", timeout=LONG)
+        code, out = child.finish()
+    assert code == 0, out
+    assert "answers [False, False]" in out, out
+
+
+STORM_APPENDER = """
+import sys, time
+from seqlock_py import SeqRing
+with SeqRing.attach_shared(sys.argv[1]) as ring:
+    print("ready", flush=True)
+    end, k = time.monotonic() + float(sys.argv[2]), 0
+    while time.monotonic() < end:
+        k += 1
+        ring.append(x=k, y=-k)
+        if k % 4 == 0:
+            time.sleep(0.001)
+print("appended", k, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_wait_async_storm_on_three_loops_with_cancels_and_timeouts_delivers_every_entry_or_counts_it():
+    """Held (hostile review of issue 20; 3.11 and 3.13t): 900 tasks on 3
+    event loops in 3 threads, each with its own reader, wait (no timeout,
+    timeouts, wait_for timeouts, cancels at random moments) and poll
+    while another process appends for 3 s: every task's delivered +
+    missed equals the entries since its start, none torn, and no wait is
+    left registered and no watcher left once they end."""
+    import collections
+    import random
+
+    name = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    stats = collections.Counter()
+    counting = threading.Lock()
+    done = threading.Event()
+
+    with SeqRing.create_shared(name, 64, x="q", y="q") as ring:
+
+        def run_loop(index):
+            async def task(n):
+                rng = random.Random(index * 1000 + n)
+                reader = ring.reader(oldest=True)
+                start, seen, torn = reader.next_sequence, 0, 0
+                kinds = collections.Counter()
+
+                def take():
+                    nonlocal seen, torn
+                    for seq, e in reader.poll():
+                        seen += 1
+                        torn += e.y != -e.x or e.x != seq + 1
+
+                while not done.is_set():
+                    kind = rng.randrange(4)
+                    if kind == 0:
+                        kinds[await reader.wait_async(rng.choice([None, 0, 0.001, 0.05]))] += 1
+                    elif kind == 1:
+                        take()  # so that the wait has to wait
+                        waiting = asyncio.ensure_future(reader.wait_async())
+                        await asyncio.sleep(rng.random() * 0.003)
+                        waiting.cancel()
+                        try:
+                            await waiting
+                        except asyncio.CancelledError:
+                            kinds["cancelled"] += 1
+                    elif kind == 2:
+                        try:
+                            await asyncio.wait_for(reader.wait_async(), rng.random() * 0.01)
+                        except asyncio.TimeoutError:
+                            kinds["timed out"] += 1
+                    else:
+                        take()
+                take()
+                with counting:
+                    stats.update(kinds)
+                    stats["tasks"] += 1
+                    stats["seen"] += seen
+                    stats["torn"] += torn
+                    stats["exact"] += seen + reader.missed == reader.next_sequence - start
+
+            async def main():
+                await asyncio.gather(*(task(n) for n in range(300)))
+
+            asyncio.run(main())
+
+        with PythonProcess(STORM_APPENDER, name, 3.0) as child:
+            child.expect("ready")
+            threads = [threading.Thread(target=run_loop, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            child.expect("appended", timeout=LONG)
+            code, out = child.finish()
+        assert code == 0, out
+        done.set()
+        # Wake the untimed waits: appends until every loop has ended.
+        deadline = time.monotonic() + LONG
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            k = ring.head + 1
+            ring.append(x=k, y=-k)
+            time.sleep(0.02)
+        for t in threads:
+            t.join(LONG)
+        assert not any(t.is_alive() for t in threads)
+        print(dict(stats))
+        assert stats["tasks"] == stats["exact"] == 900
+        assert stats["torn"] == 0 and stats["seen"] > 0
+        assert stats[True] > 0 and stats["cancelled"] + stats["timed out"] + stats[False] > 0
+        assert _news._pending_waits(ring) == 0
+    assert no_waiter_thread_left()

@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from process_helpers import PythonProcess
+from workers import LONG
 from seqlock_py import SeqRing
 
 WORDS = 250_000
@@ -74,3 +75,88 @@ def test_writers_killed_mid_append_never_deliver_a_half_written_entry():
     assert torn == 0 and disorder == 0
     assert delivered + missed == head
     assert recoveries >= 1, f"no kill landed inside an append in {rounds} rounds"
+
+
+# ---- a writer stopped (SIGSTOP) inside an append: hostile review of issue 20
+
+
+def stop_inside_an_append(ring, writer, tries=2000):
+    """SIGSTOP the writer process until it stops with its append open (the
+    ring's count odd); True if it did within tries."""
+    import signal
+
+    for _ in range(tries):
+        time.sleep(0.001)
+        os.kill(writer.pid, signal.SIGSTOP)
+        time.sleep(0.005)
+        if ring._news_sequence & 1 and ring.head > 0:
+            return True
+        os.kill(writer.pid, signal.SIGCONT)
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_readers_never_wait_for_a_writer_stopped_mid_append():
+    """Held (3.11, 3.13t): a writer stopped inside an append, its entry
+    half written and its section open: poll() returns the entries before
+    it (all whole), wait(0.05) returns False at its timeout, read_last()
+    returns, and once the writer goes on every entry is delivered or
+    counted missed."""
+    pytest.importorskip("numpy")
+    import signal
+
+    name = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with SeqRing.create_shared(name, 4, tag="q", big=f"{WORDS}d") as ring:
+        reader = ring.reader(oldest=True)
+        with PythonProcess(WRITER, name, WORDS, 1) as writer:
+            writer.expect("ready")
+            assert stop_inside_an_append(ring, writer.proc), "never stopped inside an append"
+            try:
+                polled = reader.poll()
+                waited = reader.wait(0.05)
+                first, rows = ring.read_last(4)
+            finally:
+                os.kill(writer.proc.pid, signal.SIGCONT)
+            assert polled and all(whole(entry) for _, entry in polled)
+            assert waited is False
+            assert len(rows) >= 1 and first + len(rows) == polled[-1][0] + 1
+            while reader.next_sequence < polled[-1][0] + 3:
+                reader.wait(LONG)
+                polled += reader.poll()
+            writer.kill()
+        assert all(whole(entry) for _, entry in polled)
+        assert len(polled) + reader.missed == reader.next_sequence
+
+
+@pytest.mark.timeout(120)
+def test_an_append_waits_for_a_writer_stopped_mid_append_until_a_signal_handler_raises():
+    """Held, and documented (docs/ring.md): appends serialise on the
+    ring's lock, so another writer's append() waits as long as the
+    stopped writer is stopped (append() has no timeout); a signal
+    handler that raises ends the wait (Ctrl-C does), nothing appended."""
+    import signal
+
+    class Alarm(Exception):
+        pass
+
+    def alarm(signum, frame):
+        raise Alarm
+
+    name = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with SeqRing.create_shared(name, 4, tag="q", big=f"{WORDS}d") as ring:
+        with PythonProcess(WRITER, name, WORDS, 1) as writer:
+            writer.expect("ready")
+            assert stop_inside_an_append(ring, writer.proc), "never stopped inside an append"
+            head = ring.head
+            previous = signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            try:
+                with pytest.raises(Alarm):
+                    ring.append(tag=-1)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                os.kill(writer.proc.pid, signal.SIGCONT)
+            assert ring.head == head
+            writer.kill()
+        assert ring.append(tag=-2) >= head

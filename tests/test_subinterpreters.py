@@ -126,6 +126,25 @@ async def main():
 assert asyncio.run(main()) == [(0.0,), (1.0,)]
 print("ok changes_async gave the first snapshot and the write", flush=True)
 ''',
+    # a ring's reader: wait_async on the ring's watcher, then poll (issue 20)
+    "ring-wait_async-sees-an-append": r'''
+import asyncio
+from seqlock_py import SeqRing
+
+ring = SeqRing(8, x="d")
+reader = ring.reader()
+
+
+async def main():
+    asyncio.get_running_loop().call_later(0.1, lambda: ring.append(x=1.0))
+    return await reader.wait_async(timeout=5)
+
+
+assert asyncio.run(main()) is True
+assert reader.poll() == [(0, (1.0,))]
+ring.close()
+print("ok RingReader.wait_async -> True after an append", flush=True)
+''',
 }
 
 
@@ -134,7 +153,8 @@ def test_async_waits_work_in_an_isolated_subinterpreter(scenario):
     """In an isolated subinterpreter (own GIL, no daemon threads):
     wait_async(seq, timeout=0.2) that has to wait returns False at its
     timeout; wait_async (SeqRecord's and SeqLock's) returns True after a
-    write; changes_async gives the current snapshot, then the write's.
+    write; changes_async gives the current snapshot, then the write's; a
+    ring reader's wait_async returns True after an append (issue 20).
     main (3.13t): each raises RuntimeError "daemon threads are disabled in
     this (sub)interpreter" (wait_async sleeps in a daemon thread)."""
     assert_clean_exit(

@@ -1369,6 +1369,15 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
     }
     size_t eb = self->ring.entry_bytes;
     PyObject *result = NULL;
+    /* One row per entry: the rows returned are out[:got]. */
+    if (view.ndim != 1 || (size_t)view.itemsize != eb) {
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be a one-dimensional array "
+                     "of ring.dtype (numpy.empty(n, ring.dtype)): this one "
+                     "has %d dimensions of %zd-byte items, an entry is %zu "
+                     "bytes", view.ndim, view.itemsize, eb);
+        goto done;
+    }
     if (buffer_fits_record(self->layout, &view) < 0) {
         goto done;
     }
