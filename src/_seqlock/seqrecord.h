@@ -229,6 +229,15 @@ bound_record buffer_guard(const Py_buffer *view, int memory_kind);
  * ("SeqRecord", "SeqRing") if the text is no layout. */
 PyObject *fields_of_layout_text(const char *text, size_t len,
                                 const char *what);
+/* The last step of close() for an object closed by this call, whose
+ * buffer is gone: mark r closed, then call *closer (if any; NULL after),
+ * which may close its shared memory now.  Py_None, or NULL with its
+ * exception. */
+PyObject *finish_close(bound_record *r, PyObject **closer);
+/* _close_with(closer): *slot = closer (close() calls it after letting the
+ * buffer go: seqlock_py._shared), once; r not closed.  Py_None, or NULL
+ * with an exception. */
+PyObject *set_closer(bound_record *r, PyObject **slot, PyObject *closer);
 /* type.<method>(*args, **kwargs) as seqlock_py._shared.<method>(type,
  * *args, **kwargs): create_shared() and attach_shared().  TypeError saying
  * usage unless min_args <= len(args) <= max_args. */

@@ -878,8 +878,14 @@ SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
         self->view.obj = NULL;
         PyBuffer_Release(&view);
     }
-    PyObject *closer = self->closer; /* ours alone: we closed it */
-    self->closer = NULL;
+    return finish_close(r, &self->closer);
+}
+
+PyObject *
+finish_close(bound_record *r, PyObject **slot)
+{
+    PyObject *closer = *slot; /* ours alone: we closed it */
+    *slot = NULL;
     atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
     if (closer != NULL) {
         PyObject *done = PyObject_CallNoArgs(closer);
@@ -892,19 +898,26 @@ SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-/* _close_with(closer): close() calls closer() after letting the buffer
- * go (seqlock_py._shared). */
-static PyObject *
-SeqRecord_close_with(SeqRecordObject *self, PyObject *closer)
+PyObject *
+set_closer(bound_record *r, PyObject **slot, PyObject *closer)
 {
-    RETURN_IF_CLOSED(self, NULL);
-    if (!PyCallable_Check(closer) || self->closer != NULL) {
+    if (record_is_closed(r)) {
+        (void)set_record_closed(r);
+        return NULL;
+    }
+    if (!PyCallable_Check(closer) || *slot != NULL) {
         PyErr_SetString(PyExc_TypeError,
                         "_close_with() takes one callable, once");
         return NULL;
     }
-    self->closer = Py_NewRef(closer);
+    *slot = Py_NewRef(closer);
     Py_RETURN_NONE;
+}
+
+static PyObject *
+SeqRecord_close_with(SeqRecordObject *self, PyObject *closer)
+{
+    return set_closer(&self->rec, &self->closer, closer);
 }
 
 PyObject *

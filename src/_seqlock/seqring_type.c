@@ -1506,36 +1506,13 @@ SeqRing_close(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
         self->view.obj = NULL;
         PyBuffer_Release(&view);
     }
-    PyObject *closer = self->closer; /* ours alone: we closed it */
-    self->closer = NULL;
-    atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
-    if (closer != NULL) {
-        PyObject *done = PyObject_CallNoArgs(closer);
-        Py_DECREF(closer);
-        if (done == NULL) {
-            return NULL;
-        }
-        Py_DECREF(done);
-    }
-    Py_RETURN_NONE;
+    return finish_close(r, &self->closer);
 }
 
-/* _close_with(closer): close() calls closer() after letting the buffer
- * go (seqlock_py._shared). */
 static PyObject *
 SeqRing_close_with(SeqRingObject *self, PyObject *closer)
 {
-    if (record_is_closed(&self->rec)) {
-        (void)set_record_closed(&self->rec);
-        return NULL;
-    }
-    if (!PyCallable_Check(closer) || self->closer != NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "_close_with() takes one callable, once");
-        return NULL;
-    }
-    self->closer = Py_NewRef(closer);
-    Py_RETURN_NONE;
+    return set_closer(&self->rec, &self->closer, closer);
 }
 
 #define RING_SHARED_USAGE \
@@ -1563,8 +1540,9 @@ SeqRing_create_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 PyDoc_STRVAR(SeqRing_attach_shared_doc,
 "attach_shared($type, name, declaration=None, /, **fields)\n--\n\n"
 "Open the ring that SeqRing.create_shared(name) made, as attach() does\n"
-"(capacity, and the layout unless given, from the block's header).  The ring owns its\n"
-"mapping: close() (or a with block) closes it, never unlinking the name,\n"
+"(capacity, and the layout unless given, from the block's header).  The\n"
+"ring owns its mapping: close() (or a with block) closes it, never\n"
+"unlinking the name,\n"
 "and the standard library's resource tracker is kept out, so this\n"
 "process's exit never unlinks the block under the others.\n"
 "FileNotFoundError if the name does not exist.");
