@@ -101,9 +101,11 @@ BEACON = (112, 152)  # the pthread_mutex_t's bytes
 # writer trusts"): glibc's robust-list links inside the beacon, which its
 # unlock follows, and the beacon's word, where a value that reads as the
 # kernel's death mark (FUTEX_OWNER_DIED, no thread id) hands a live
-# holder's beacon to the next taker.  A writer's crash is tolerated only
-# while a co-tenant rewrites these.
-TRUSTED = ((112, 116), (136, 152))
+# holder's beacon to the next taker, and the beacon's kind, which glibc
+# reads again after the writer's check (another kind takes glibc down
+# paths that assert).  A writer's crash is tolerated only while a
+# co-tenant rewrites these.
+TRUSTED = ((112, 116), (128, 132), (136, 152))
 SEQLOCK_READY = 0x59444552
 FUTEX_WAITERS = 0x80000000
 FUTEX_OWNER_DIED = 0x40000000

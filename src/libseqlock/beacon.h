@@ -6,11 +6,14 @@
  * Internal to the core: not API.
  *
  * Every read or write of glibc's private mutex layout is here (and in
- * beacon.c, which sleeps and wakes on the mutex's word), and only here: the first int of glibc's pthread_mutex_t is a robust futex (the
+ * beacon.c, which sleeps and wakes on the mutex's word), and only here:
+ * the first int of glibc's pthread_mutex_t is a robust futex (the
  * kernel's robust-futex ABI fixes the meaning of its bits), __owner the
  * holder's id and __kind the mutex's type.  Any process that maps the lock
  * may rewrite them, so the kind is checked before glibc is handed the
- * mutex (another kind takes glibc down paths that assert) and the owner
+ * mutex (another kind takes glibc down paths that assert; glibc reads it
+ * again, so a rewrite in between is not caught: the trust model's case,
+ * docs/implementation.md "Whom a writer trusts") and the owner
  * words are put back before the unlock (glibc refuses, EPERM, to unlock a
  * mutex whose word names another thread, and leaves it on the holder's
  * robust list).  With another C library, nothing of the layout is read:
