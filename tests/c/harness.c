@@ -522,12 +522,19 @@ enum verdict { PASSED, FAILED, SKIPPED };
 
 /* Run t (or skip it), print its line, restore the mask it started with. */
 static enum verdict
-run_test(const struct test *t, int skip_fork_signal,
+run_test(const struct test *t, int skip_fork_signal, int robust_list_err,
          const sigset_t *initial_mask)
 {
     current_test_failed = current_test_skipped = 0;
-    if (skip_fork_signal && t->kind == FORKS_OR_SIGNALS) {
+    if (skip_fork_signal && (t->kind & FORKS_OR_SIGNALS)) {
         snprintf(skip_reason, SKIP_REASON_SIZE, "--skip-fork-signal");
+        current_test_skipped = 1;
+    }
+    else if (robust_list_err != 0 && (t->kind & ROBUST_LIST)) {
+        snprintf(skip_reason, SKIP_REASON_SIZE,
+                 "no robust futex list here (get_robust_list: %s): the "
+                 "kernel marks no dead holder",
+                 strerror(robust_list_err));
         current_test_skipped = 1;
     }
     else {
@@ -578,6 +585,7 @@ main(int argc, char **argv)
     }
     count_allocations();
     sigset_t initial_mask = current_mask();
+    int robust_list_err = robust_list_error();
     int counts[3] = {0}; /* of each verdict */
     for (const struct test_group *g = first_group; g != NULL; g = g->next) {
         for (size_t i = 0; i < g->count; i++) {
@@ -585,7 +593,8 @@ main(int argc, char **argv)
             if (only != NULL && strstr(t->name, only) == NULL) {
                 continue;
             }
-            counts[run_test(t, skip_fork_signal, &initial_mask)]++;
+            counts[run_test(t, skip_fork_signal, robust_list_err,
+                            &initial_mask)]++;
         }
     }
     printf("%d passed, %d failed, %d skipped\n", counts[PASSED],

@@ -15,7 +15,9 @@
  * numbers).  A test that cannot run here (PID namespaces need root) prints
  * "skip <name>: <reason>" and counts as skipped, not failed.  Tests that
  * fork or deliver signals can be skipped with --skip-fork-signal (for
- * sanitizer builds where fork or signal delivery misbehaves); a name given
+ * sanitizer builds where fork or signal delivery misbehaves), and tests
+ * that need the kernel's robust futex list are skipped where it has none
+ * (under qemu-user: see ROBUST_LIST); a name given
  * on the command line runs only the tests whose names contain it.
  *
  * Timing checks use generous bounds: they catch a hang or a lost wake-up,
@@ -36,6 +38,7 @@
 #define _GNU_SOURCE /* include this header first */
 #endif
 #include "record.h"
+#include "robust_list.h"
 #include "seqlock.h"
 
 #include <errno.h>
@@ -86,8 +89,13 @@ extern char *skip_reason;
     } while (0)
 
 /* A file's tests: a table of TEST(test_function, kind) entries, handed to
- * the runner by REGISTER_TESTS(table) at the file's end. */
-enum { PLAIN = 0, FORKS_OR_SIGNALS = 1 };
+ * the runner by REGISTER_TESTS(table) at the file's end.  The kind is
+ * PLAIN, or FORKS_OR_SIGNALS and/or ROBUST_LIST: the test needs the
+ * kernel's robust futex list (a dead holder marked FUTEX_OWNER_DIED, or
+ * glibc's list of held robust mutexes read back), which the runner skips
+ * where no list is registered: qemu-user answers set_robust_list with
+ * ENOSYS, as it cannot walk a guest's list when a guest thread dies. */
+enum { PLAIN = 0, FORKS_OR_SIGNALS = 1, ROBUST_LIST = 2 };
 
 struct test {
     const char *name;

@@ -490,5 +490,5 @@ main(int argc, char **argv)
 
     int failed = run_phase("latch_stress", 0, a.seconds, a.readers);
     failed += run_phase("latch_stress (64-bit)", 1, a.seconds, a.readers);
-    return validator_summary(failed);
+    return validator_summary(failed, 0);
 }

@@ -371,6 +371,6 @@ static const struct test tests[] = {
     TEST(test_section_end_wrapping_the_count_to_zero_wakes_a_waiter, PLAIN),
     TEST(test_cancel_racing_a_waiter_falling_asleep_ends_it_promptly, PLAIN),
     TEST(test_wait_for_change_reports_eownerdead_for_dead_writer,
-         FORKS_OR_SIGNALS),
+         FORKS_OR_SIGNALS | ROBUST_LIST),
 };
 REGISTER_TESTS(tests)

@@ -677,6 +677,6 @@ static const struct test tests[] = {
     TEST(test_pid_1_of_another_namespace_cannot_unlock_pid_1s_lock,
          FORKS_OR_SIGNALS),
     TEST(test_dead_writer_whose_pid_was_reused_is_still_seen_dead,
-         FORKS_OR_SIGNALS),
+         FORKS_OR_SIGNALS | ROBUST_LIST),
 };
 REGISTER_TESTS(tests)

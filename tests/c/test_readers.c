@@ -296,7 +296,7 @@ static const struct test tests[] = {
     TEST(test_read_begin_timed_reports_edeadlk_to_the_writer, PLAIN),
     TEST(test_allocation_counter_counts_while_in_handler_is_set, PLAIN),
     TEST(test_handler_finding_a_dead_writer_allocates_nothing,
-         FORKS_OR_SIGNALS),
+         FORKS_OR_SIGNALS | ROBUST_LIST),
     TEST(test_handler_waiting_out_a_live_writer_allocates_nothing,
          FORKS_OR_SIGNALS),
 };

@@ -10,8 +10,22 @@
 
 /* ==== signal-masking variants ==== */
 
+/* The real-time signals this thread can block: SIGRTMIN..SIGRTMAX (glibc
+ * reserves the two below SIGRTMIN for itself), less any the system keeps
+ * (qemu-user keeps the last two for its own use): what a full mask, once
+ * set, holds. */
+static sigset_t
+blockable_signals(void)
+{
+    sigset_t all, old, applied;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_sigmask(SIG_SETMASK, &old, &applied);
+    return applied;
+}
+
 /* Every signal a thread can block: 1..31 but KILL and STOP, and the
- * real-time ones (glibc reserves the two below SIGRTMIN for itself). */
+ * real-time ones blockable_signals() finds. */
 static int
 all_maskable_blocked(const sigset_t *set)
 {
@@ -20,8 +34,9 @@ all_maskable_blocked(const sigset_t *set)
             return 0;
         }
     }
+    sigset_t blockable = blockable_signals();
     for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++) {
-        if (!sigismember(set, sig)) {
+        if (sigismember(&blockable, sig) && !sigismember(set, sig)) {
             return 0;
         }
     }

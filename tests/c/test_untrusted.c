@@ -223,7 +223,7 @@ static const struct test tests[] = {
          PLAIN),
     TEST(test_a_beacon_of_another_kind_is_einval_not_handed_to_glibc, PLAIN),
     TEST(test_a_beacon_word_rewritten_during_a_section_is_still_released,
-         PLAIN),
+         ROBUST_LIST),
     TEST(test_a_ready_word_rewritten_never_makes_a_taker_spin, PLAIN),
     TEST(test_a_wait_through_death_is_not_told_eownerdead, PLAIN),
     TEST(test_a_read_only_waiter_writes_nothing_and_sees_the_news, PLAIN),

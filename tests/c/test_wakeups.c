@@ -312,7 +312,7 @@ static const struct test tests[] = {
     TEST(test_reader_killed_asleep_leaves_later_sleepers_woken,
          FORKS_OR_SIGNALS),
     TEST(test_locking_pass_closing_a_dead_writers_section_wakes_sleepers,
-         FORKS_OR_SIGNALS),
+         FORKS_OR_SIGNALS | ROBUST_LIST),
     TEST(test_writer_winning_while_spinning_leaves_a_sleeping_writer_its_wake_up,
          PLAIN),
 };

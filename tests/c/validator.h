@@ -1,15 +1,20 @@
 /*
  * validator.h - what the validators, stress.c, latch_stress.c and
- * ring_stress.c, share outside their checks: the command line, "[seconds [readers]]" for
- * each of their two phases (defaults: 1 second, 4 readers), and the last
- * line, "N passed, M failed" over those phases (tools/test_summary.py adds
+ * ring_stress.c, share outside their checks: the command line,
+ * "[seconds [readers]]" for each of their two phases (defaults: 1 second,
+ * 4 readers), a phase of killed writers skipped where the kernel keeps no
+ * robust futex list (robust_list.h), and the last line, "N passed,
+ * M failed, K skipped" over those phases (tools/test_summary.py adds
  * these up).
  */
 #ifndef VALIDATOR_H
 #define VALIDATOR_H
 
+#include "robust_list.h"
+
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct validator_args {
     double seconds;
@@ -31,12 +36,27 @@ validator_args(int argc, char **argv, int max_readers)
     return a;
 }
 
-/* Print the summary of the two phases, `failed` of which failed; returns
- * main()'s exit status. */
+/* 1 (after saying so) if `phase`, which kills writers, cannot run here:
+ * without a robust futex list no dead writer is ever seen. */
 static inline int
-validator_summary(int failed)
+killed_writers_skipped(const char *phase)
 {
-    printf("%d passed, %d failed\n", 2 - failed, failed);
+    int err = robust_list_error();
+    if (err != 0) {
+        printf("%s: skipped: no robust futex list here (get_robust_list: "
+               "%s): the kernel marks no dead holder\n",
+               phase, strerror(err));
+    }
+    return err != 0;
+}
+
+/* Print the summary of the two phases, `failed` of which failed and
+ * `skipped` were skipped; returns main()'s exit status. */
+static inline int
+validator_summary(int failed, int skipped)
+{
+    printf("%d passed, %d failed, %d skipped\n", 2 - failed - skipped,
+           failed, skipped);
     return failed != 0;
 }
 
