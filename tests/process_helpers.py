@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import traceback
+import uuid
 import warnings
 from pathlib import Path
 
@@ -398,3 +399,25 @@ def run_benchmark_quick(script, tmp_path, *args, timeout=100):
     assert {"interpreter", "machine", "load_before",
             "load_after"} <= set(result)
     return out, result, stdout
+
+
+# ---- named shared-memory blocks ----
+
+def shm_block_fixture(prefix):
+    """A fixture giving each test a fresh name for a named shared-memory
+    block, whose file in /dev/shm is removed after the test if still there."""
+    import pytest
+
+    @pytest.fixture
+    def name():
+        block = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        yield block
+        path = os.path.join("/dev/shm", block)
+        if os.path.exists(path):
+            os.unlink(path)
+    return name
+
+
+def shm_exists(name):
+    """Whether the named shared-memory block's file exists."""
+    return os.path.exists(os.path.join("/dev/shm", name))

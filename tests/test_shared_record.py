@@ -7,26 +7,16 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 
 import pytest
 
-from process_helpers import PythonProcess, run_python
+from process_helpers import PythonProcess, run_python, shm_block_fixture, shm_exists
 from seqlock_py import SeqRecord
 from workers import LONG
 
 
-@pytest.fixture
-def name():
-    block = f"seqlock_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    yield block
-    path = os.path.join("/dev/shm", block)
-    if os.path.exists(path):
-        os.unlink(path)
-
-
-def exists(name):
-    return os.path.exists(os.path.join("/dev/shm", name))
+name = shm_block_fixture("seqlock_test")
+exists = shm_exists
 
 
 OPENER = """

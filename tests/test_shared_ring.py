@@ -4,27 +4,16 @@ an opener reads the capacity and the layout from the block, and its exit,
 with or without close(), never unlinks it."""
 from __future__ import annotations
 
-import os
 import typing
-import uuid
 
 import pytest
 
-from process_helpers import run_python
+from process_helpers import run_python, shm_block_fixture, shm_exists
 from seqlock_py import SeqRing
 
 
-@pytest.fixture
-def name():
-    block = f"seqlock_test_ring_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    yield block
-    path = os.path.join("/dev/shm", block)
-    if os.path.exists(path):
-        os.unlink(path)
-
-
-def exists(name):
-    return os.path.exists(os.path.join("/dev/shm", name))
+name = shm_block_fixture("seqlock_test_ring")
+exists = shm_exists
 
 
 class Tick(typing.NamedTuple):
