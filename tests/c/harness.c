@@ -585,7 +585,7 @@ main(int argc, char **argv)
     }
     count_allocations();
     sigset_t initial_mask = current_mask();
-    int robust_list_err = robust_list_error();
+    int robust_list_err = robust_list_missing();
     int counts[3] = {0}; /* of each verdict */
     for (const struct test_group *g = first_group; g != NULL; g = g->next) {
         for (size_t i = 0; i < g->count; i++) {

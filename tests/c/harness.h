@@ -93,8 +93,9 @@ extern char *skip_reason;
  * PLAIN, or FORKS_OR_SIGNALS and/or ROBUST_LIST: the test needs the
  * kernel's robust futex list (a dead holder marked FUTEX_OWNER_DIED, or
  * glibc's list of held robust mutexes read back), which the runner skips
- * where no list is registered: qemu-user answers set_robust_list with
- * ENOSYS, as it cannot walk a guest's list when a guest thread dies. */
+ * only where get_robust_list answers ENOSYS: qemu-user answers
+ * set_robust_list so, as it cannot walk a guest's list when a guest thread
+ * dies.  Any other failure runs the test (robust_list_missing()). */
 enum { PLAIN = 0, FORKS_OR_SIGNALS = 1, ROBUST_LIST = 2 };
 
 struct test {

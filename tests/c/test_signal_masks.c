@@ -19,8 +19,10 @@ blockable_signals(void)
 {
     sigset_t all, old, applied;
     sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_sigmask(SIG_SETMASK, &old, &applied);
+    sigemptyset(&applied);
+    if (pthread_sigmask(SIG_SETMASK, &all, &old) == 0) {
+        pthread_sigmask(SIG_SETMASK, &old, &applied);
+    }
     return applied;
 }
 
@@ -35,6 +37,11 @@ all_maskable_blocked(const sigset_t *set)
         }
     }
     sigset_t blockable = blockable_signals();
+    /* Every system keeps SIGRTMIN blockable: if the probe found it not,
+     * it failed, and the loop below would check nothing. */
+    if (!sigismember(&blockable, SIGRTMIN)) {
+        return 0;
+    }
     for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++) {
         if (sigismember(&blockable, sig) && !sigismember(set, sig)) {
             return 0;

@@ -41,7 +41,7 @@ validator_args(int argc, char **argv, int max_readers)
 static inline int
 killed_writers_skipped(const char *phase)
 {
-    int err = robust_list_error();
+    int err = robust_list_missing();
     if (err != 0) {
         printf("%s: skipped: no robust futex list here (get_robust_list: "
                "%s): the kernel marks no dead holder\n",
