@@ -531,10 +531,8 @@ run_test(const struct test *t, int skip_fork_signal, int robust_list_err,
         current_test_skipped = 1;
     }
     else if (robust_list_err != 0 && (t->kind & ROBUST_LIST)) {
-        snprintf(skip_reason, SKIP_REASON_SIZE,
-                 "no robust futex list here (get_robust_list: %s): the "
-                 "kernel marks no dead holder",
-                 strerror(robust_list_err));
+        snprintf(skip_reason, SKIP_REASON_SIZE, "%s",
+                 ROBUST_LIST_MISSING_REASON);
         current_test_skipped = 1;
     }
     else {

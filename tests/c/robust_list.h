@@ -40,4 +40,10 @@ robust_list_missing(void)
     return robust_list_error() == ENOSYS ? ENOSYS : 0;
 }
 
+/* What a test or phase skipped for robust_list_missing() says. */
+#define ROBUST_LIST_MISSING_REASON                                         \
+    "no robust futex list here (get_robust_list: ENOSYS, as under "        \
+    "qemu-user): the kernel marks no dead holder"
+
+
 #endif /* ROBUST_LIST_H */
