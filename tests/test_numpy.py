@@ -292,6 +292,64 @@ def test_an_exported_view_is_rolled_back_with_its_section(rec):
     assert rec["state"][0] == 0.0
 
 
+def _owners(view):
+    """Every object behind a buffer: view.obj, its .obj, and so on."""
+    found, obj = [], view
+    while (obj := getattr(obj, "obj", None)) is not None and len(found) < 8:
+        found.append(obj)
+    return found
+
+
+def test_a_sections_exported_copy_is_no_object_whose_size_can_change(rec):
+    with rec.write() as w:
+        view = memoryview(w.state)
+        owners = _owners(view)
+        assert owners, "the view names what exports it"
+        exporter = owners[-1]  # what owns the memory, behind any views
+        assert not isinstance(exporter, (bytearray, array.array, memoryview)), exporter
+        assert not hasattr(exporter, "clear") and not hasattr(exporter, "__delitem__"), exporter
+        view.release()
+
+
+RESIZE_THE_SECTIONS_COPY = textwrap.dedent(
+    """
+    from seqlock_py import SeqRecord
+    rec = SeqRecord(state="1000d")
+    rec.update(state=[float(i) for i in range(1000)])
+    with rec.write() as w:
+        view = memoryview(w.state)
+        owners, obj = [], view
+        while (obj := getattr(obj, "obj", None)) is not None and len(owners) < 8:
+            owners.append(obj)
+        view.release()
+        for owner in owners:  # let go of every view in the chain
+            if isinstance(owner, memoryview):
+                owner.release()
+        for owner in owners:  # then shrink whatever can be shrunk
+            for shrink in (lambda o: o.clear(), lambda o: o.__delitem__(slice(None))):
+                try:
+                    shrink(owner)
+                except Exception:
+                    pass
+        w.state[999] = 2.5
+    state = rec["state"]
+    assert state[:999] == tuple(float(i) for i in range(999)), state[:4]
+    assert state[999] == 2.5
+    print("ok", flush=True)
+    """
+)
+
+
+def test_shrinking_what_a_sections_view_exports_cannot_corrupt_the_record():
+    """Issue 27, defect 1: the section's staging copy was a bytearray,
+    reachable as memoryview(w.state).obj.obj; shrunk or cleared, the
+    section copied the field's declared size into and out of it (a heap
+    overflow, a SIGSEGV, heap bytes committed to the record)."""
+    done = subprocess.run([sys.executable, "-c", RESIZE_THE_SECTIONS_COPY],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
 def test_an_array_field_exports_no_buffer_outside_its_section(rec):
     with rec.write() as w:
         field = w.state

@@ -71,6 +71,13 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->array_field_type) < 0) {
         return -1;
     }
+    /* What an array field's view exports: reachable from a view, never
+     * made by name. */
+    state->section_copy_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &section_copy_type_spec, NULL);
+    if (state->section_copy_type == NULL) {
+        return -1;
+    }
     state->waiter_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &waiter_type_spec, NULL);
     if (state->waiter_type == NULL
@@ -101,6 +108,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->seqrecord_type);
     Py_VISIT(state->record_writer_type);
     Py_VISIT(state->array_field_type);
+    Py_VISIT(state->section_copy_type);
     Py_VISIT(state->waiter_type);
     Py_VISIT(state->seqring_type);
     Py_VISIT(state->ring_reader_type);
@@ -119,6 +127,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->seqrecord_type);
     Py_CLEAR(state->record_writer_type);
     Py_CLEAR(state->array_field_type);
+    Py_CLEAR(state->section_copy_type);
     Py_CLEAR(state->waiter_type);
     Py_CLEAR(state->seqring_type);
     Py_CLEAR(state->ring_reader_type);

@@ -16,6 +16,7 @@ typedef struct {
     PyTypeObject *seqrecord_type;
     PyTypeObject *record_writer_type;
     PyTypeObject *array_field_type;
+    PyTypeObject *section_copy_type; /* not in the module's namespace */
     PyTypeObject *waiter_type;
     PyTypeObject *seqring_type;
     PyTypeObject *ring_reader_type;
@@ -31,6 +32,7 @@ extern PyType_Spec write_section_type_spec;
 extern PyType_Spec seqrecord_type_spec;
 extern PyType_Spec record_writer_type_spec;
 extern PyType_Spec array_field_type_spec;
+extern PyType_Spec section_copy_type_spec;
 extern PyType_Spec waiter_type_spec;
 extern PyType_Spec seqring_type_spec;
 extern PyType_Spec ring_reader_type_spec;

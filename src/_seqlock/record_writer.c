@@ -6,12 +6,13 @@
 #include "seqrecord.h"
 
 #include "args.h"
+#include "section_copy.h"
 
 static int check_in_section(RecordWriterObject *w);
 
 /* ---- a write section's view of its fields ---- */
 
-/* The staging copy of field f in w's section (a bytearray), or NULL. */
+/* The staging copy of field f in w's section (section_copy.h), or NULL. */
 static inline PyObject *
 staged_of(const RecordWriterObject *w, const field_spec *f)
 {
@@ -27,7 +28,7 @@ section_store(RecordWriterObject *w, const field_spec *f, size_t at,
 {
     PyObject *staged = staged_of(w, f);
     if (staged != NULL) {
-        memcpy(PyByteArray_AS_STRING(staged) + at, src, n);
+        memcpy(section_copy_bytes(staged) + at, src, n);
     }
     else {
         record_store_bytes(record_copy(&w->record->rec.view, 0),
@@ -41,7 +42,7 @@ section_load(RecordWriterObject *w, const field_spec *f, size_t at,
 {
     PyObject *staged = staged_of(w, f);
     if (staged != NULL) {
-        memcpy(dst, PyByteArray_AS_STRING(staged) + at, n);
+        memcpy(dst, section_copy_bytes(staged) + at, n);
     }
     else {
         record_load_bytes(dst, record_copy(&w->record->rec.view, 0),
@@ -66,7 +67,7 @@ end_staging(RecordWriterObject *w, int commit)
         const field_spec *f = &layout->fields[i];
         if (commit) {
             record_store_bytes(record_copy(&w->record->rec.view, 0),
-                               f->offset, PyByteArray_AS_STRING(staged),
+                               f->offset, section_copy_bytes(staged),
                                f->item_size * (size_t)f->count);
         }
         w->staged[i] = NULL;
@@ -733,15 +734,16 @@ ArrayField_ass_subscript(ArrayFieldObject *self, PyObject *key,
 
 /* The buffer protocol, while the section is open: a view of the field's
  * staging copy (section_store()), which the section stores into the
- * record when it commits.  Writes through the view after the section
- * ended reach only that copy, never the record. */
+ * record when it commits.  The copy, not this proxy, exports the view, so
+ * the view keeps it alive: writes through the view after the section
+ * ended reach only that copy, never the record nor freed memory. */
 static int
 ArrayField_getbuffer(ArrayFieldObject *self, Py_buffer *view, int flags)
 {
     RecordWriterObject *w = self->writer;
     const field_spec *f = self->field;
+    view->obj = NULL;
     if (check_in_section(w) < 0) {
-        view->obj = NULL;
         return -1;
     }
     PyObject *staged = staged_of(w, f);
@@ -751,44 +753,20 @@ ArrayField_getbuffer(ArrayFieldObject *self, Py_buffer *view, int flags)
                                      sizeof(PyObject *));
             if (w->staged == NULL) {
                 PyErr_NoMemory();
-                view->obj = NULL;
                 return -1;
             }
         }
-        size_t n = f->item_size * (size_t)f->count;
-        staged = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
+        staged = section_copy_new(state_of((PyObject *)self)->section_copy_type,
+                                  f);
         if (staged == NULL) {
-            view->obj = NULL;
             return -1;
         }
-        record_load_bytes(PyByteArray_AS_STRING(staged),
-                          record_copy(&w->record->rec.view, 0), f->offset, n);
+        record_load_bytes(section_copy_bytes(staged),
+                          record_copy(&w->record->rec.view, 0), f->offset,
+                          f->item_size * (size_t)f->count);
         w->staged[f - w->record->layout->fields] = staged;
     }
-    /* A memoryview of the staging bytes cast to the field's element type
-     * and shape exports it; the consumer releases through it. */
-    PyObject *bytes_view = PyMemoryView_FromObject(staged);
-    PyObject *shape = bytes_view == NULL ? NULL : PyList_New(f->ndim);
-    for (int d = 0; shape != NULL && d < f->ndim; d++) {
-        PyObject *dim = PyLong_FromSsize_t(f->shape[d]);
-        if (dim == NULL) {
-            Py_CLEAR(shape);
-            break;
-        }
-        PyList_SET_ITEM(shape, d, dim);
-    }
-    PyObject *typed = shape == NULL ? NULL
-                      : PyObject_CallMethod(bytes_view, "cast", "s#O",
-                                            &f->kind, (Py_ssize_t)1, shape);
-    Py_XDECREF(shape);
-    Py_XDECREF(bytes_view);
-    if (typed == NULL) {
-        view->obj = NULL;
-        return -1;
-    }
-    int result = PyObject_GetBuffer(typed, view, flags);
-    Py_DECREF(typed);
-    return result;
+    return PyObject_GetBuffer(staged, view, flags);
 }
 
 static PyMethodDef ArrayField_methods[] = {

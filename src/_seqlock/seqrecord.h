@@ -43,11 +43,12 @@ typedef struct {
     int64_t timeout_ns;
     _Atomic int active; /* between __enter__ and __exit__ */
     uint64_t section;   /* record->sections when it entered */
-    /* Per field, NULL or the bytearray that an exported array field
+    /* Per field, NULL or the SectionCopy that an exported array field
      * (np.asarray(w.state)) is a view of, this section's copy of the
      * field: every access of the field in the section goes to it, and it
      * is stored into the record when the section commits.  After the
-     * section, the exports write a copy nothing reads. */
+     * section, the exports write a copy nothing reads.  Its size is
+     * fixed: no user-visible object owns memory the section copies. */
     PyObject **staged;
 } RecordWriterObject;
 
