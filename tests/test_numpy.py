@@ -123,13 +123,74 @@ def test_read_into_refuses_a_buffer_inside_the_records_own_memory(field):
             before = bytes(shm.buf)
             mine = np.frombuffer(shm.buf, np.uint8) if field is None else np.frombuffer(shm.buf, np.float64, 4)
             try:
-                with pytest.raises(ValueError, match="own memory"):
+                with pytest.raises(ValueError, match="has open"):
                     rec.read_into(mine, field=field)
             finally:
                 del mine
             assert bytes(shm.buf) == before
         with SeqRecord.attach(shm.buf) as again:
             assert again.read() == (1, (0.0, 1.0, 2.0, 3.0))
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+
+def test_read_into_refuses_a_buffer_inside_another_open_records_memory():
+    fields = {"state": "4d"}
+    shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(**fields))
+    try:
+        with SeqRecord.create(shm.buf, **fields) as theirs:
+            theirs.update(state=np.arange(4.0))
+            before = bytes(shm.buf)
+            mine = SeqRecord(**fields)
+            inside = np.frombuffer(shm.buf, np.float64, 4)
+            try:
+                with pytest.raises(ValueError, match="has open"):
+                    mine.read_into(inside, field="state")
+            finally:
+                del inside
+            assert bytes(shm.buf) == before
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def test_read_into_refuses_a_buffer_inside_an_open_rings_memory():
+    from seqlock_py import SeqRing
+
+    shm = shared_memory.SharedMemory(create=True, size=SeqRing.buffer_size(4, x="d"))
+    try:
+        with SeqRing.create(shm.buf, 4, x="d") as ring:
+            ring.append(x=1.0)
+            before = bytes(shm.buf)
+            rec = SeqRecord(x="d")
+            inside = np.frombuffer(shm.buf, np.uint8, rec.nbytes)
+            try:
+                with pytest.raises(ValueError, match="has open"):
+                    rec.read_into(inside)
+            finally:
+                del inside
+            assert bytes(shm.buf) == before
+            assert ring.append(x=2.0) == 1
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def test_a_closed_records_memory_takes_copies_like_any_buffer():
+    fields = {"state": "4d"}
+    shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(**fields))
+    try:
+        SeqRecord.create(shm.buf, **fields).close()
+        rec = SeqRecord(**fields)
+        rec.update(state=np.arange(4.0))
+        inside = np.frombuffer(shm.buf, np.float64, 4)
+        try:
+            rec.read_into(inside, field="state")
+            assert inside.tolist() == [0.0, 1.0, 2.0, 3.0]
+        finally:
+            del inside
     finally:
         shm.close()
         shm.unlink()
@@ -374,6 +435,38 @@ def test_a_bool_array_field_exports_bools():
         assert view.dtype == np.bool_
         view[3] = True
     assert rec["flags"][3] is True
+
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.bool_(True), np.zeros(3).any() | True, np.ones(2, np.bool_)[0], np.array(True)],
+    ids=["np.bool_", "arr.any()", "an element of a bool array", "a 0-d bool array"],
+)
+def test_a_bool_field_takes_numpys_bool(value):
+    # As 'd' and 'q' fields take numpy's floats and ints.
+    rec = SeqRecord(ok="?", flags="2?")
+    rec.update(ok=value, flags=(value, False))
+    assert rec.read() == (True, (True, False))
+    rec.update(ok=np.bool_(False))
+    assert rec["ok"] is False
+
+
+def test_a_bool_field_takes_an_element_of_its_own_array():
+    rec = SeqRecord(ok="?", flags="2?")
+    rec.update(flags=(False, True))
+    snap = np.zeros((), rec.dtype)
+    rec.read_into(snap)
+    rec.update(ok=snap["flags"][1])
+    assert rec["ok"] is True
+
+
+@pytest.mark.parametrize("value", [np.array([True, False]), np.uint8(1), b"\x01"])
+def test_a_bool_field_refuses_what_is_not_one_bool(value):
+    rec = SeqRecord(ok="?")
+    with pytest.raises(TypeError, match="bool"):
+        rec.update(ok=value)
+    assert rec.sequence == 0
 
 
 # ---- without numpy ----

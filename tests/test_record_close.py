@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import threading
 import time
 from multiprocessing import shared_memory
@@ -12,6 +13,7 @@ from multiprocessing import shared_memory
 import pytest
 
 from seqlock_py import SeqRecord
+from process_helpers import assert_clean_exit, run_python
 from workers import LONG, join_in_time, run_threads, start_in_thread
 
 FIELDS = {"x": "d", "n": "q", "v": "3d"}
@@ -395,3 +397,117 @@ def test_close_from_a_signal_handler_inside_the_records_own_wait_raises_buffer_e
         signal.signal(signal.SIGALRM, previous)
     assert not rec.closed
     rec.close()
+
+
+# ---- user code in a buffer's release (a Python exporter, 3.12+) ----
+
+needs_release_buffer = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="__release_buffer__ is 3.12's (PEP 688)"
+)
+
+#: A Python exporter of a bytearray that runs ``on_release(self)`` when an
+#: export of it ends, inside the release: the hook the scenarios below use
+#: to run user code while a record or ring lets its buffer go.
+EXPORTER = """
+import gc
+from seqlock_py import SeqRecord, SeqRing
+
+class Exporter:
+    def __init__(self, size):
+        self.memory = bytearray(size)
+        self.on_release = lambda self: None
+    def __buffer__(self, flags):
+        return memoryview(self.memory)
+    def __release_buffer__(self, view):
+        view.release()
+        self.on_release(self)
+"""
+
+#: A cycle through an exporter that hands what its box holds to ``kept``
+#: when the collector's clear releases the export.  Tuples have no clear,
+#: and the object's closer (its own bound method) is a second way to it,
+#: so the collector often clears the record or ring while it is alive;
+#: not always (its order is its own), hence the rounds.
+CLEARED_CYCLES = """
+import gc
+from seqlock_py import SeqRecord, SeqRing
+
+kept = []
+
+class Exporter(tuple):
+    __slots__ = ()
+    def __buffer__(self, flags):
+        return memoryview(self[0])
+    def __release_buffer__(self, view):
+        view.release()
+        kept.extend(self[1])
+
+def cycle(make, size, keep=lambda obj: obj):
+    box = []
+    obj = make(Exporter((bytearray(size), box)))
+    box.append(keep(obj))
+    obj._close_with(obj.__enter__)
+
+def cleared(make, size, keep=lambda obj: obj):
+    for _ in range(20):
+        cycle(make, size, keep)
+        gc.collect()
+    assert kept, "the collector never cleared one alive"
+    return kept
+"""
+
+
+@needs_release_buffer
+def test_close_called_while_the_buffer_is_released_returns_at_once():
+    code = EXPORTER + """
+exporter = Exporter(SeqRecord.buffer_size(x="d"))
+rec = SeqRecord.create(exporter, x="d")
+exporter.on_release = lambda self: rec.close()
+rec.close()
+assert rec.closed
+print("ok")
+"""
+    assert_clean_exit(run_python(code, timeout=30), "close() from the release")
+
+
+@needs_release_buffer
+def test_a_record_the_collector_cleared_is_closed_to_code_that_kept_it():
+    code = CLEARED_CYCLES + """
+other = SeqRecord(x="d")
+for rec in cleared(lambda e: SeqRecord.create(e, x="d"), SeqRecord.buffer_size(x="d")):
+    assert rec.closed
+    try:
+        rec.update(x=1.0)
+    except ValueError as exc:
+        assert "closed" in str(exc), exc
+    else:
+        raise AssertionError("update() of a cleared record wrote")
+assert other.read() == (0.0,)
+print("ok", len(kept))
+"""
+    assert_clean_exit(run_python(code, timeout=60), "a cleared record kept alive")
+
+
+@needs_release_buffer
+def test_a_close_racing_the_release_returns_after_it():
+    # Another thread's close() must not return while the buffer is still
+    # exported: its caller would then close the buffer's owner.
+    code = EXPORTER + """
+import threading
+exporter = Exporter(SeqRecord.buffer_size(x="d"))
+rec = SeqRecord.create(exporter, x="d")
+releasing, released = threading.Event(), threading.Event()
+def slow_release(self):
+    releasing.set()
+    threading.Event().wait(0.3)
+    released.set()
+exporter.on_release = slow_release
+first = threading.Thread(target=rec.close)
+first.start()
+assert releasing.wait(10)
+rec.close()
+assert released.is_set(), "close() returned while the release ran"
+first.join()
+print("ok")
+"""
+    assert_clean_exit(run_python(code, timeout=30), "two closers")

@@ -12,6 +12,7 @@ import json
 import mmap
 import os
 import random
+import sys
 import uuid
 import threading
 import time
@@ -21,7 +22,7 @@ from multiprocessing import shared_memory
 import pytest
 
 from seqlock_py import RingReader, SeqRing
-from process_helpers import PythonProcess
+from process_helpers import PythonProcess, assert_clean_exit, run_python
 from workers import LONG, SHORT
 
 
@@ -362,6 +363,55 @@ def test_read_last_refuses_an_out_too_short():
         ring.read_last(4, out=np.zeros(2, ring.dtype))
 
 
+
+def test_read_last_refuses_an_out_inside_the_rings_own_memory():
+    # np.frombuffer(shm.buf): rows over the ring's header, lock and slots,
+    # which every process reads and appends through.
+    np = pytest.importorskip("numpy")
+    shm = shared_memory.SharedMemory(create=True, size=SeqRing.buffer_size(4, x="d"))
+    try:
+        with SeqRing.create(shm.buf, 4, x="d") as ring:
+            for i in range(6):
+                ring.append(x=float(i))
+            before = bytes(shm.buf)
+            mine = np.frombuffer(shm.buf, ring.dtype, count=4)
+            try:
+                with pytest.raises(ValueError, match="has open"):
+                    ring.read_last(4, out=mine)
+            finally:
+                del mine
+            assert bytes(shm.buf) == before
+            assert ring.append(x=6.0) == 6
+        with SeqRing.attach(shm.buf) as again:
+            assert again.read_last(2)[1]["x"].tolist() == [5.0, 6.0]
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def test_read_last_refuses_an_out_inside_an_open_records_memory():
+    np = pytest.importorskip("numpy")
+    from seqlock_py import SeqRecord
+
+    shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="16d"))
+    try:
+        with SeqRecord.create(shm.buf, x="16d") as rec:
+            ring = small_ring(4)
+            ring.append(v=(1, 2, 3))
+            before = bytes(shm.buf)
+            theirs = np.frombuffer(shm.buf, ring.dtype, count=1)
+            try:
+                with pytest.raises(ValueError, match="has open"):
+                    ring.read_last(1, out=theirs)
+            finally:
+                del theirs
+            assert bytes(shm.buf) == before
+            assert rec.read() == ((0.0,) * 16,)
+    finally:
+        shm.close()
+        shm.unlink()
+
+
 # ---- sequence numbers near 2**64 (a head a co-tenant wrote) ----
 
 
@@ -573,3 +623,28 @@ def test_close_racing_every_call_from_other_threads_ends_each_with_value_error()
     print(outcomes)
     assert outcomes["closed"] == 20 * 6 or outcomes["ok"] > 0
     assert outcomes["closed"] > 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__release_buffer__ is 3.12's (PEP 688)")
+def test_a_reader_of_a_ring_the_collector_cleared_finds_it_closed():
+    from test_record_close import CLEARED_CYCLES
+
+    code = CLEARED_CYCLES + """
+def ring_with_an_entry(e):
+    ring = SeqRing.create(e, 4, x="d")
+    ring.append(x=1.0)
+    return ring
+
+readers = cleared(ring_with_an_entry, SeqRing.buffer_size(4, x="d"),
+                  keep=lambda ring: ring.reader(oldest=True))
+for reader in readers:
+    for call in (reader.poll, reader.wait):
+        try:
+            call()
+        except ValueError as exc:
+            assert "closed" in str(exc), exc
+        else:
+            raise AssertionError("a reader of a cleared ring read")
+print("ok", len(readers))
+"""
+    assert_clean_exit(run_python(code, timeout=60), "a cleared ring's reader kept alive")

@@ -23,6 +23,7 @@
  * one.
  */
 #include "lock_path.h"
+#include "open_memory.h"
 
 #include <errno.h>
 #include <math.h>
@@ -107,6 +108,11 @@ set_record_closed(const bound_record *r)
     return -1;
 }
 
+/* The record whose buffer this thread is releasing (record_memory_gone()),
+ * else NULL: a close() of it from code the release runs has nothing to
+ * wait for, where another thread's close() waits for the release. */
+static _Thread_local const bound_record *releasing;
+
 int
 claim_close(bound_record *r)
 {
@@ -116,7 +122,7 @@ claim_close(bound_record *r)
                                            RECORD_CLOSING)) {
             return 1;
         }
-        if (state == RECORD_CLOSED) {
+        if (state == RECORD_CLOSED || releasing == r) {
             return 0;
         }
         struct timespec nap = {0, 100 * 1000};
@@ -124,6 +130,46 @@ claim_close(bound_record *r)
         (void)nanosleep(&nap, NULL);
         Py_END_ALLOW_THREADS
     }
+}
+
+int
+record_memory_opened(const bound_record *r, const void *memory, size_t len)
+{
+    if (open_memory_add(r, memory, len) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+int
+refuse_open_memory(const char *call, const void *p, size_t len)
+{
+    if (open_memory_overlaps(p, len)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s cannot copy into the memory of a record or ring "
+                     "this process has open (a view of the buffer it lives "
+                     "in): give it a buffer of its own", call);
+        return -1;
+    }
+    return 0;
+}
+
+void
+record_memory_gone(bound_record *r, bound_lock *b, Py_buffer *view)
+{
+    atomic_store_explicit(&r->closed, RECORD_CLOSING, memory_order_release);
+    open_memory_remove(r);
+    if (view->obj != NULL) {
+        Py_buffer held = *view;
+        bound_lock_fini(b); /* before its memory can go */
+        view->obj = NULL;
+        const bound_record *outer = releasing; /* releases can nest */
+        releasing = r;
+        PyBuffer_Release(&held);
+        releasing = outer;
+    }
+    atomic_store_explicit(&r->closed, RECORD_CLOSED, memory_order_release);
 }
 
 int

@@ -226,6 +226,27 @@ record_is_closed(const bound_record *r)
  * another thread closes it, waits (interpreter released) for its outcome. */
 int claim_close(bound_record *r);
 
+/* A record's or ring's memory joins the process's open memory
+ * (open_memory.h), which no copy into a caller's buffer may overlap.
+ * 0, or -1 with MemoryError. */
+int record_memory_opened(const bound_record *r, const void *memory,
+                         size_t len);
+
+/* A view of a record or ring (np.frombuffer(shm.buf)) is no place for a
+ * copy: it would overwrite what every process reads.  -1 with ValueError
+ * naming call if [p, p + len) overlaps memory this process has open
+ * (another mapping of the same memory cannot be told), else 0. */
+int refuse_open_memory(const char *call, const void *p, size_t len);
+
+/* Let the memory of r go: r is marked closing, leaves the open memory and
+ * its lock's binding b ends, and only then is view (if held) released;
+ * then r is closed.  The release may run Python code (a buffer exporter's
+ * __release_buffer__, 3.12+), which may keep the object alive or call it:
+ * it finds the object closed, as every later call does (a close() from
+ * there returns at once; another thread's waits for the release).  For
+ * close() and for the collector's clear. */
+void record_memory_gone(bound_record *r, bound_lock *b, Py_buffer *view);
+
 /* record_pin()'s failures as exceptions; -1. */
 int record_pin_failed(const bound_record *r, in_use_status status);
 

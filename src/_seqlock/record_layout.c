@@ -444,6 +444,31 @@ out_of_range(const field_spec *f)
     return -1;
 }
 
+/* A bool field's value that is neither bool nor int: numpy's bool
+ * (np.bool_, arr.any(), an element or 0-d array of dtype bool), taken as
+ * what its buffer holds, one item of format '?' (as a 'd' field takes
+ * numpy's floats).  Anything else is the field's TypeError.  0 or -1. */
+static int
+one_bool_of_buffer(const field_spec *f, PyObject *value, unsigned char *out)
+{
+    if (!PyObject_CheckBuffer(value)) {
+        return wrong_type(f, value);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(value, &view, PyBUF_RECORDS_RO) < 0) {
+        return -1;
+    }
+    int one = view.len == 1 && view.itemsize == 1 && view.format != NULL
+              && strcmp(view.format, "?") == 0;
+    unsigned char byte = one ? *(const unsigned char *)view.buf : 0;
+    PyBuffer_Release(&view);
+    if (!one) {
+        return wrong_type(f, value);
+    }
+    *out = byte != 0;
+    return 0;
+}
+
 int
 item_encode(const field_spec *f, PyObject *value, unsigned char *out)
 {
@@ -489,7 +514,7 @@ item_encode(const field_spec *f, PyObject *value, unsigned char *out)
     }
     case '?': {
         if (!PyBool_Check(value) && !PyLong_Check(value)) {
-            return wrong_type(f, value);
+            return one_bool_of_buffer(f, value, out);
         }
         int truth = PyObject_IsTrue(value); /* an int subclass's __bool__ */
         if (truth < 0) {

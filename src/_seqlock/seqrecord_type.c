@@ -21,6 +21,7 @@
 #include "args.h"
 #include "memory_kind.h"
 #include "news.h"
+#include "open_memory.h"
 #include "snapshot.h"
 
 #include <errno.h>
@@ -109,10 +110,15 @@ layout_record_size(const record_layout *layout)
 
 /* Point the record at its memory, with the geometry of its own layout,
  * and bind its lock.  memory_kind: bound_lock_init()'s (a lock in private
- * memory is repaired in a fork's child; one in shared memory never is). */
-static void
+ * memory is repaired in a fork's child; one in shared memory never is).
+ * 0, or -1 with MemoryError (the memory cannot join the open memory). */
+static int
 bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
 {
+    if (record_memory_opened(&self->rec, memory,
+                             layout_record_size(self->layout)) < 0) {
+        return -1;
+    }
     self->rec.view = record_view_of(
         memory, (size_t)PyBytes_GET_SIZE(self->layout->descriptor),
         self->layout->data_bytes);
@@ -126,6 +132,7 @@ bind_memory(SeqRecordObject *self, void *memory, int memory_kind)
     }
     bound_lock_init(&self->lock, self->rec.view.lock, &self->rec,
                     (PyObject *)self, memory_kind);
+    return 0;
 }
 
 /* record_init()'s error as an exception. */
@@ -174,7 +181,10 @@ SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         record_init_failed(err);
         return NULL;
     }
-    bind_memory(self, self->memory, BOUND_PRIVATE);
+    if (bind_memory(self, self->memory, BOUND_PRIVATE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -647,7 +657,9 @@ record_in_buffer(PyTypeObject *type, PyObject *args, PyObject *kwargs,
             goto error;
         }
     }
-    bind_memory(self, self->view.buf, memory_kind);
+    if (bind_memory(self, self->view.buf, memory_kind) < 0) {
+        goto error;
+    }
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -744,13 +756,13 @@ SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
 /* Drop the export of a create()/attach() buffer, the one reference a
  * record holds, to break a cycle through it.  Only the collector calls
  * this, on a record no thread of ours holds (a holder keeps it alive) and
- * after the cycle's finalizers ran: nothing reads the record again. */
+ * after the cycle's finalizers ran.  The record is closed first: code the
+ * release runs may keep it alive, and it must find it closed. */
 static int
 SeqRecord_clear(SeqRecordObject *self)
 {
     if (self->view.obj != NULL) {
-        bound_lock_fini(&self->lock); /* before its memory can go */
-        PyBuffer_Release(&self->view);
+        record_memory_gone(&self->rec, &self->lock, &self->view);
     }
     Py_CLEAR(self->closer); /* after: its shared memory may close now */
     return 0;
@@ -872,12 +884,7 @@ SeqRecord_close(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
                   "this thread (a signal handler run during a wait?)");
         return NULL;
     }
-    if (self->view.obj != NULL) {
-        Py_buffer view = self->view;
-        bound_lock_fini(&self->lock); /* before its memory can go */
-        self->view.obj = NULL;
-        PyBuffer_Release(&view);
-    }
+    record_memory_gone(r, &self->lock, &self->view);
     return finish_close(r, &self->closer);
 }
 
@@ -1031,6 +1038,7 @@ SeqRecord_dealloc(SeqRecordObject *self)
         bound_lock_fini(&self->lock);
     }
     (void)SeqRecord_clear(self);
+    open_memory_remove(&self->rec); /* a SeqRecord()'s own, or one unbound */
     if (self->memory != NULL) {
         seqlock_destroy(self->rec.view.lock);
         PyMem_Free(self->memory);
@@ -1295,7 +1303,8 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 "of '16d' into numpy.empty(16)).  TypeError for any other typed buffer\n"
 "(np.empty(1002) for a record of 'q' and '1000d' would mix int64 bits\n"
 "into floats), ValueError if it is smaller than self.nbytes, strided, or\n"
-"a view of the record's own memory (numpy.frombuffer(shm.buf)).\n\n"
+"a view of the memory of a record or ring this process has open\n"
+"(numpy.frombuffer(shm.buf)).\n\n"
 "With field=name, copy that one array field's consistent value into a\n"
 "C-contiguous buffer of its element type and shape (a numpy array of\n"
 "dtype self.dtype[name].base and shape self.dtype[name].shape): no\n"
@@ -1350,16 +1359,7 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
         PyBuffer_Release(&view);
         return NULL;
     }
-    /* A view of the record itself (np.frombuffer(shm.buf)) is no place
-     * for a copy: it would overwrite what every process reads.  (Another
-     * mapping of the same memory cannot be told from here.) */
-    uintptr_t mine = (uintptr_t)self->rec.view.header;
-    uintptr_t dst = (uintptr_t)view.buf;
-    if (dst < mine + layout_record_size(self->layout) && mine < dst + n) {
-        PyErr_SetString(PyExc_ValueError,
-                        "read_into() cannot copy into the record's own "
-                        "memory (a view of the buffer the record lives "
-                        "in): give it a buffer of its own");
+    if (refuse_open_memory("read_into()", view.buf, n) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }

@@ -26,6 +26,7 @@
 #include "args.h"
 #include "memory_kind.h"
 #include "news.h"
+#include "open_memory.h"
 #include "ring.h"
 #include "snapshot.h"
 
@@ -111,11 +112,15 @@ ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
 }
 
 /* Point the ring at its memory with its own geometry, and bind its lock
- * (see the file's comment). */
-static void
+ * (see the file's comment).  0, or -1 with MemoryError. */
+static int
 bind_ring(SeqRingObject *self, void *memory, uint64_t capacity,
           int memory_kind)
 {
+    if (record_memory_opened(&self->rec, memory,
+                             ring_bytes(self->layout, capacity)) < 0) {
+        return -1;
+    }
     self->ring = ring_view_of(
         memory, (uint32_t)PyBytes_GET_SIZE(self->layout->descriptor),
         (uint32_t)self->layout->data_bytes, capacity);
@@ -131,6 +136,7 @@ bind_ring(SeqRingObject *self, void *memory, uint64_t capacity,
     bound_lock_init(&self->lock, self->ring.lock, NULL, (PyObject *)self,
                     memory_kind);
     self->lock.record = &self->rec;
+    return 0;
 }
 
 /* The declaration of SeqRing(capacity, declaration=None, /, **fields)
@@ -187,7 +193,10 @@ SeqRing_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    bind_ring(self, self->memory, capacity, BOUND_PRIVATE);
+    if (bind_ring(self, self->memory, capacity, BOUND_PRIVATE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -486,7 +495,9 @@ SeqRing_create(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetFromErrno(PyExc_OSError);
         goto error;
     }
-    bind_ring(self, view.buf, capacity, memory_kind);
+    if (bind_ring(self, view.buf, capacity, memory_kind) < 0) {
+        goto error;
+    }
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -578,7 +589,10 @@ SeqRing_attach(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(self);
         return NULL;
     }
-    bind_ring(self, view.buf, s.capacity, memory_kind);
+    if (bind_ring(self, view.buf, s.capacity, memory_kind) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -1142,19 +1156,16 @@ RingReader_traverse(RingReaderObject *self, visitproc visit, void *arg)
     return 0;
 }
 
-static int
-RingReader_clear(RingReaderObject *self)
-{
-    Py_CLEAR(self->ring);
-    return 0;
-}
-
+/* No tp_clear: a reader's one reference, its ring, stays while the reader
+ * lives (every call follows it).  A cycle through a reader runs through
+ * its ring, whose clear breaks it (SeqRing_clear()): code run by that
+ * clear may keep the reader alive, and then finds the ring closed. */
 static void
 RingReader_dealloc(RingReaderObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    (void)RingReader_clear(self);
+    Py_CLEAR(self->ring);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
@@ -1194,7 +1205,6 @@ PyDoc_STRVAR(RingReader_doc,
 static PyType_Slot RingReader_slots[] = {
     {Py_tp_dealloc, RingReader_dealloc},
     {Py_tp_traverse, RingReader_traverse},
-    {Py_tp_clear, RingReader_clear},
     {Py_tp_methods, RingReader_methods},
     {Py_tp_getset, RingReader_getset},
     {Py_tp_doc, (void *)RingReader_doc},
@@ -1321,7 +1331,8 @@ PyDoc_STRVAR(SeqRing_read_last_doc,
 "overwrote some while they were copied (those, the oldest, are dropped:\n"
 "the rows stay consecutive).  out: a C-contiguous array of self.dtype\n"
 "with at least n rows, filled from row 0 (the array returned is out's\n"
-"first rows); else a new one.  One call, never waits, writes nothing\n"
+"first rows), not a view of a record or ring this process has open\n"
+"(ValueError); else a new one.  One call, never waits, writes nothing\n"
 "shared.  RuntimeError if the ring was rewound.");
 
 static PyObject *
@@ -1387,6 +1398,9 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
                      (Py_ssize_t)((size_t)view.len / eb), n);
         goto done;
     }
+    if (refuse_open_memory("read_last()", view.buf, (size_t)n * eb) < 0) {
+        goto done;
+    }
     last_entries l = {&self->ring, (uint64_t)n, view.buf, 0, 0, 0};
     int unused;
     if (ring_call(self, read_last_entries, &l, &unused) < 0) {
@@ -1435,12 +1449,13 @@ SeqRing_traverse(SeqRingObject *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* As SeqRecord_clear(): closed before the release, whose code may keep
+ * the ring (or a reader of it) alive. */
 static int
 SeqRing_clear(SeqRingObject *self)
 {
     if (self->view.obj != NULL) {
-        bound_lock_fini(&self->lock);
-        PyBuffer_Release(&self->view);
+        record_memory_gone(&self->rec, &self->lock, &self->view);
     }
     Py_CLEAR(self->closer); /* after: its shared memory may close now */
     return 0;
@@ -1500,12 +1515,7 @@ SeqRing_close(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
         }
         return NULL;
     }
-    if (self->view.obj != NULL) {
-        Py_buffer view = self->view;
-        bound_lock_fini(&self->lock);
-        self->view.obj = NULL;
-        PyBuffer_Release(&view);
-    }
+    record_memory_gone(r, &self->lock, &self->view);
     return finish_close(r, &self->closer);
 }
 
@@ -1590,6 +1600,7 @@ SeqRing_dealloc(SeqRingObject *self)
         bound_lock_fini(&self->lock);
     }
     (void)SeqRing_clear(self);
+    open_memory_remove(&self->rec);
     if (self->memory != NULL) {
         if (self->ring.header != NULL) {
             seqlock_destroy(self->ring.lock);

@@ -1,0 +1,35 @@
+/*
+ * open_memory.h - the memory of every record and ring this process has
+ * open, so that a call copying into a caller's buffer (read_into(),
+ * read_last(out=)) can refuse one that lies over any of them
+ * (open_memory.c).  No Python.
+ *
+ * Written when a record or ring is bound to memory and when it lets the
+ * memory go; read by every copy into a caller's buffer.  So it is read the
+ * way a seqlock is (seqlock.h): a sequence word, even while the set is
+ * stable, around ranges read without a lock and without writing shared
+ * memory, retried if the word moved.  Readers keep scaling with threads,
+ * and most answer from the hull of all ranges alone (a buffer of numpy's
+ * own is nowhere near a shared mapping).
+ *
+ * Virtual addresses only: another mapping of the same pages (a second
+ * mmap() of the file, another process's mapping) cannot be told from
+ * here.
+ */
+#ifndef SEQLOCK_PY_OPEN_MEMORY_H
+#define SEQLOCK_PY_OPEN_MEMORY_H
+
+#include <stddef.h>
+
+/* Add [memory, memory + len) under key (the object's own address, unique
+ * while it lives).  0, or ENOMEM with nothing added. */
+int open_memory_add(const void *key, const void *memory, size_t len);
+
+/* Remove key's range; nothing if key has none (removing twice is safe). */
+void open_memory_remove(const void *key);
+
+/* Nonzero if [p, p + len) overlaps the range of any key added and not yet
+ * removed when the call began.  Never blocks, writes nothing shared. */
+int open_memory_overlaps(const void *p, size_t len);
+
+#endif /* SEQLOCK_PY_OPEN_MEMORY_H */
