@@ -1,6 +1,7 @@
-"""On a free-threaded build, importing seqlock_py keeps the GIL disabled.
+"""On a free-threaded build, importing seqlock_py keeps the GIL disabled,
+and reading writes no reference count that every reader thread shares.
 
-Each check runs in a fresh interpreter, with PYTHON_GIL unset and no
+The import checks run in a fresh interpreter, with PYTHON_GIL unset and no
 ``-X gil`` option, from a directory where only the installed package is
 importable: an extension that did not declare Py_mod_gil would re-enable
 the GIL on import and emit a RuntimeWarning saying so.
@@ -11,6 +12,8 @@ import os
 import subprocess
 import sys
 import sysconfig
+import threading
+import typing
 
 import pytest
 
@@ -68,3 +71,62 @@ def test_this_test_process_runs_with_the_gil_disabled():
     import seqlock_py  # noqa: F401  (already imported by conftest)
 
     assert sys._is_gil_enabled() is False
+
+
+# ---- what a read writes: nothing every reader thread shares ----
+
+
+class Pose(typing.NamedTuple):
+    x: float
+    y: float
+
+
+def _keyword_record():
+    from seqlock_py import SeqRecord
+
+    return SeqRecord(x="d", y="d").read
+
+
+def _typed_record():
+    from seqlock_py import SeqRecord
+
+    return SeqRecord(Pose).read
+
+
+def _ring_entry():
+    from seqlock_py import SeqRing
+
+    ring = SeqRing(4, x="d", y="d")
+    reader = ring.reader()
+
+    def read():
+        ring.append(x=1.0)
+        return reader.poll()[0][1]
+
+    return read
+
+
+@pytest.mark.parametrize(
+    "reads", [_keyword_record, _typed_record, _ring_entry], ids=["keywords", "NamedTuple", "ring entry"]
+)
+def test_a_snapshots_class_count_stands_still_across_reads_in_another_thread(reads):
+    # Each snapshot holds its class; if holding it wrote the class's
+    # reference count (one word shared by every reader thread), readers in
+    # two threads would do no more reads than one.  Counted, not timed.
+    read = reads()
+    counts = []
+
+    def reader():
+        kept = [read() for _ in range(1000)]
+        cls = type(kept[0])
+        before = sys.getrefcount(cls)
+        kept += [read() for _ in range(10000)]
+        counts.append((before, sys.getrefcount(cls), len(kept)))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    t.join()
+    (before, after, held), = counts
+    assert held == 11000 and after == before, (
+        f"{held} snapshots held moved their class's count from {before} to {after}"
+    )

@@ -144,7 +144,11 @@ def test_snapshots_drop_their_values_and_class_references(rec):
     gc.collect()
     before = sys.getrefcount(cls)
     snaps = [rec.read() for _ in range(1000)]
-    assert sys.getrefcount(cls) == before + 1000
+    # A class whose count nothing moves (3.13t makes a class statement's
+    # immortal once a second thread runs, as it does the snapshot class:
+    # test_free_threading) holds no count to drop.
+    held = 0 if before >= 2**31 else 1000
+    assert sys.getrefcount(cls) == before + held
     del snaps
     assert sys.getrefcount(cls) == before
 

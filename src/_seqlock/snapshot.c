@@ -6,10 +6,11 @@
  * annotations.  Both Python modules are imported on first use and kept in
  * the module state (python_helper()).
  *
- * A named snapshot class is a tuple subclass made from a spec here, not by
- * type(): its fields are member descriptors reading the tuple's items
- * where they lie, and its instances are tuples in memory, allocated and
- * freed by the tuple allocator (its free list too), not by the generic
+ * A named snapshot class is a tuple subclass made here by the metaclass,
+ * as a class statement makes one (see new_snapshot_class() for why not
+ * from a spec), its fields member descriptors reading the tuple's items
+ * where they lie.  Its instances are tuples in memory, allocated and freed
+ * by the tuple allocator (its free list too), not by the generic
  * allocation and deallocation of a class made in Python.  That keeps
  * read() almost as cheap as it was with a plain tuple.
  */
@@ -113,16 +114,6 @@ snapshot_new(PyTypeObject *type, int plain, Py_ssize_t n)
 
 /* ---- named snapshot classes ---- */
 
-static int
-named_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    for (Py_ssize_t i = Py_SIZE(self); --i >= 0;) {
-        Py_VISIT(PyTuple_GET_ITEM(self, i));
-    }
-    return 0;
-}
-
 /* A named snapshot back to the tuple allocator (snapshot_new()): with
  * the type set to tuple, the tuple's own dealloc drops the items and keeps
  * the memory on its free list.  Freed here instead: an empty one (only
@@ -161,38 +152,120 @@ is_dunder(PyObject *name)
            && PyUnicode_READ_CHAR(name, n - 2) == '_';
 }
 
-/* The class attributes of a new named snapshot class. */
-static int
-set_class_attributes(PyObject *cls, PyObject *names)
-{
-    PyObject *visible = PyList_New(0); /* names with an attribute */
-    if (visible == NULL) {
-        return -1;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(names);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        if (!is_dunder(name) && PyList_Append(visible, name) < 0) {
-            Py_DECREF(visible);
-            return -1;
-        }
-    }
-    PyObject *match_args = PyList_AsTuple(visible);
-    Py_DECREF(visible);
-    int err = match_args == NULL
-              || PyObject_SetAttrString(cls, "__field_names__", names) < 0
-              || PyObject_SetAttrString(cls, "_fields", names) < 0
-              || PyObject_SetAttrString(cls, "__match_args__", match_args) < 0;
-    Py_XDECREF(match_args);
-    return err ? -1 : 0;
-}
-
 PyDoc_STRVAR(named_doc,
 "One consistent snapshot of a SeqRecord: a tuple of its fields in order,\n"
 "which are also attributes (snap.x).");
 
+/* A named class's member descriptors point into a PyMemberDef array that
+ * a capsule in the class's namespace owns: the class is made immutable, so
+ * the capsule lives as long as the class, and every descriptor holds the
+ * class. */
+#define MEMBERS_CAPSULE "seqlock_py.Snapshot members"
+
+static void
+free_members(PyObject *capsule)
+{
+    PyMem_Free(PyCapsule_GetPointer(capsule, MEMBERS_CAPSULE));
+}
+
+/* The namespace of a named snapshot class, as its class statement would
+ * make it, and in *members the array its attributes will point to (the
+ * fields without a dunder name, then a zeroed end).  NULL with an
+ * exception. */
+static PyObject *
+class_namespace(PyObject *names, PyMemberDef **members)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    PyMemberDef *m = PyMem_Calloc((size_t)n + 1, sizeof *m);
+    if (m == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *capsule = PyCapsule_New(m, MEMBERS_CAPSULE, free_members);
+    if (capsule == NULL) {
+        PyMem_Free(m);
+        return NULL;
+    }
+    PyObject *ns = NULL, *shown = PyList_New(0), *match_args = NULL;
+    if (shown == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "field names must be str");
+            goto done;
+        }
+        if (is_dunder(name)) {
+            continue;
+        }
+        /* The UTF-8 text lives in the str, which names holds, and the
+         * class holds names (__field_names__).  A member reads its name
+         * only to say that an item is NULL, which no snapshot anyone sees
+         * has. */
+        const char *text = PyUnicode_AsUTF8(name);
+        if (text == NULL || PyList_Append(shown, name) < 0) {
+            goto done;
+        }
+        m[count++] = (PyMemberDef){
+            text, Py_T_OBJECT_EX,
+            (Py_ssize_t)(offsetof(PyTupleObject, ob_item)
+                         + (size_t)i * sizeof(PyObject *)),
+            Py_READONLY, NULL};
+    }
+    match_args = PyList_AsTuple(shown);
+    PyObject *empty = match_args == NULL ? NULL : PyTuple_New(0);
+    PyObject *doc = empty == NULL ? NULL : PyUnicode_FromString(named_doc);
+    PyObject *module = doc == NULL ? NULL : PyUnicode_FromString("seqlock_py");
+    PyObject *qualname = module == NULL ? NULL
+                                        : PyUnicode_FromString("Snapshot");
+    ns = qualname == NULL ? NULL : PyDict_New();
+    if (ns != NULL
+        && (PyDict_SetItemString(ns, "__slots__", empty) < 0
+            || PyDict_SetItemString(ns, "__doc__", doc) < 0
+            || PyDict_SetItemString(ns, "__module__", module) < 0
+            || PyDict_SetItemString(ns, "__qualname__", qualname) < 0
+            || PyDict_SetItemString(ns, "__field_names__", names) < 0
+            || PyDict_SetItemString(ns, "_fields", names) < 0
+            || PyDict_SetItemString(ns, "__match_args__", match_args) < 0
+            || PyDict_SetItemString(ns, "__snapshot_members__", capsule)
+                   < 0)) {
+        Py_CLEAR(ns);
+    }
+    Py_XDECREF(empty);
+    Py_XDECREF(doc);
+    Py_XDECREF(module);
+    Py_XDECREF(qualname);
+    *members = m;
+done:
+    Py_XDECREF(match_args);
+    Py_XDECREF(shown);
+    Py_DECREF(capsule); /* ns holds it, or it frees m */
+    return ns;
+}
+
+/* Each member of the class as its attribute (a member descriptor, which
+ * the interpreter reads as it reads a __slots__ attribute).  0 or -1. */
+static int
+set_members(PyTypeObject *cls, PyMemberDef *members)
+{
+    for (PyMemberDef *m = members; m->name != NULL; m++) {
+        PyObject *descr = PyDescr_NewMember(cls, m);
+        if (descr == NULL) {
+            return -1;
+        }
+        int err = PyObject_SetAttrString((PyObject *)cls, m->name, descr);
+        Py_DECREF(descr);
+        if (err < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyObject *
-new_snapshot_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+new_snapshot_class(PyObject *Py_UNUSED(module), PyObject *const *args,
+                   Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError,
@@ -208,58 +281,38 @@ new_snapshot_class(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "subclass with __slots__ = ()");
         return NULL;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(names);
-    PyMemberDef *members = PyMem_Calloc((size_t)n + 1, sizeof *members);
-    if (members == NULL) {
-        return PyErr_NoMemory();
+    PyMemberDef *members = NULL;
+    PyObject *ns = class_namespace(names, &members);
+    if (ns == NULL) {
+        return NULL;
     }
-    PyObject *cls = NULL;
-    Py_ssize_t count = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        if (!PyUnicode_CheckExact(name)) {
-            PyErr_SetString(PyExc_TypeError, "field names must be str");
-            goto done;
+    /* Made by the metaclass, as a class statement makes a class, not from
+     * a spec: where reference counts are per object and atomic (3.13t),
+     * the interpreter gives such a class's count to no single thread
+     * (deferred, and immortal once a second thread runs, in 3.13; counted
+     * per thread from 3.14), while a spec-made class's count is one word
+     * every snapshot's allocation and free writes, from every thread:
+     * readers in two threads then do no more reads than one. */
+    PyObject *cls = PyObject_CallFunction((PyObject *)Py_TYPE(base), "s(O)O",
+                                          "Snapshot", (PyObject *)base, ns);
+    Py_DECREF(ns);
+    if (cls == NULL) {
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!snapshot_is_plain(type) || set_members(type, members) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_SystemError,
+                            "a named snapshot class came out not plain");
         }
-        if (is_dunder(name)) {
-            continue;
-        }
-        /* The UTF-8 text lives in the str, which names holds, and the
-         * class holds names (__field_names__).  The class copies the
-         * members; a member reads its name only to say that an item is
-         * NULL, which no snapshot anyone sees has. */
-        const char *text = PyUnicode_AsUTF8(name);
-        if (text == NULL) {
-            goto done;
-        }
-        members[count++] = (PyMemberDef){
-            text, Py_T_OBJECT_EX,
-            (Py_ssize_t)(offsetof(PyTupleObject, ob_item)
-                         + (size_t)i * sizeof(PyObject *)),
-            Py_READONLY, NULL};
+        Py_DECREF(cls);
+        return NULL;
     }
-    PyType_Slot slots[] = {
-        {Py_tp_dealloc, named_dealloc},
-        {Py_tp_traverse, named_traverse},
-        {Py_tp_doc, (void *)named_doc},
-        {Py_tp_members, members},
-        {0, NULL},
-    };
-    if (count == 0) {
-        slots[3] = (PyType_Slot){0, NULL}; /* no attribute at all */
-    }
-    PyType_Spec spec = {
-        .name = "seqlock_py.Snapshot",
-        /* Mutable like a namedtuple class: an immutable class may not
-         * derive from seqlock_py.Snapshot, a class made in Python. */
-        .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-        .slots = slots,
-    };
-    cls = PyType_FromModuleAndSpec(module, &spec, (PyObject *)base);
-    if (cls != NULL && set_class_attributes(cls, names) < 0) {
-        Py_CLEAR(cls);
-    }
-done:
-    PyMem_Free(members); /* the class keeps a copy */
+    /* Its instances go back to the tuple allocator (named_dealloc()); no
+     * attribute of the class can change from here on (the capsule above
+     * stays), nor can an instance's __class__. */
+    type->tp_dealloc = named_dealloc;
+    type->tp_flags |= Py_TPFLAGS_IMMUTABLETYPE;
+    PyType_Modified(type);
     return cls;
 }
