@@ -1133,7 +1133,7 @@ values_snapshot(SeqRecordObject *self, uint64_t *seq)
     }
     for (Py_ssize_t i = 0; i < layout->nfields; i++) {
         const field_spec *f = &layout->fields[i];
-        PyObject *value = field_decode(f, buf + f->offset);
+        PyObject *value = field_decode_inline(f, buf + f->offset);
         if (value == NULL) {
             Py_CLEAR(tuple);
             goto done;

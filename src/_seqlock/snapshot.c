@@ -90,22 +90,11 @@ snapshot_class(module_state *state, const record_layout *layout,
     return (PyTypeObject *)cls;
 }
 
-/* A plain class's instance is a tuple in memory (snapshot_is_plain()): it
- * takes its memory from the tuple allocator, free list included, as a
- * tuple whose type is then set to the class; a named snapshot gives it
- * back the same way (named_dealloc()).  Any other class: its tp_alloc. */
+/* Any class but a plain one (snapshot_new()): its tp_alloc. */
 PyObject *
-snapshot_new(PyTypeObject *type, int plain, Py_ssize_t n)
+snapshot_new_slow(PyTypeObject *type, Py_ssize_t n)
 {
-    PyObject *snap;
-    if (plain && n > 0) {
-        snap = PyTuple_New(n);
-        if (snap != NULL) {
-            Py_SET_TYPE(snap, (PyTypeObject *)Py_NewRef(type));
-        }
-        return snap;
-    }
-    snap = type->tp_alloc(type, n);
+    PyObject *snap = type->tp_alloc(type, n);
     if (snap != NULL) {
         tuple_reset_hash(snap);
     }

@@ -33,7 +33,24 @@ int snapshot_is_plain(PyTypeObject *type);
  * before anyone else sees it (one that failed half way is freed with
  * Py_DECREF).  No __new__ or __init__ of the class runs.  NULL with
  * MemoryError. */
-PyObject *snapshot_new(PyTypeObject *type, int plain, Py_ssize_t n);
+PyObject *snapshot_new_slow(PyTypeObject *type, Py_ssize_t n);
+
+static inline PyObject *
+snapshot_new(PyTypeObject *type, int plain, Py_ssize_t n)
+{
+    /* A plain class's instance is a tuple in memory: it takes its memory
+     * from the tuple allocator, free list included, as a tuple whose type
+     * is then set to the class; a named snapshot gives it back the same
+     * way (snapshot.c: named_dealloc()).  Inline: read()'s every call. */
+    if (plain && n > 0) {
+        PyObject *snap = PyTuple_New(n);
+        if (snap != NULL) {
+            Py_SET_TYPE(snap, (PyTypeObject *)Py_NewRef(type));
+        }
+        return snap;
+    }
+    return snapshot_new_slow(type, n);
+}
 
 /* seqlock_py._seqlock._snapshot_class(base, names): a named snapshot
  * class (for seqlock_py._snapshot). */
