@@ -13,7 +13,7 @@ import functools as _functools
 from typing import Any as _Any, Callable as _Callable
 
 try:
-    from ._seqlock import RingReader, SeqLock, SeqRecord, SeqRing, _reassert_bus_guard
+    from ._seqlock import ReaderInto, RingReader, SeqLock, SeqRecord, SeqRing, _reassert_bus_guard
 except ModuleNotFoundError as _missing:
     if _missing.name != __name__ + "._seqlock":
         raise
@@ -37,7 +37,7 @@ from ._snapshot import Snapshot
 # system call), which made a first changes() take a second on 3.11.
 from . import _news  # noqa: F401
 
-__all__ = ["RingReader", "SeqLock", "SeqRecord", "SeqRing", "Snapshot"]
+__all__ = ["ReaderInto", "RingReader", "SeqLock", "SeqRecord", "SeqRing", "Snapshot"]
 __version__ = "0.1.0"
 
 

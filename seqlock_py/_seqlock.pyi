@@ -86,6 +86,16 @@ class WriteSection:
 _Value = Any
 
 @final
+class ReaderInto:
+    """What SeqRecord.reader_into(buffer) returns: into() copies one snapshot into the buffer."""
+    @property
+    def record(self) -> SeqRecord[Any]: ...
+    @property
+    def buffer(self) -> Buffer: ...
+    def __call__(self) -> int:
+        """Copy one consistent snapshot into the buffer; return its (even) sequence."""
+
+@final
 class SeqRecord(Generic[_S]):
     """Numeric fields held in C as a latch: snapshots never wait for a writer."""
 
@@ -182,6 +192,8 @@ class SeqRecord(Generic[_S]):
         """One consistent snapshot as a dict."""
     def read_into(self, buffer: Buffer, /, *, field: str | None = None) -> int:
         """Copy a snapshot (or one array field's value) into buffer; return its (even) sequence."""
+    def reader_into(self, buffer: Buffer, /, *, field: str | None = None) -> ReaderInto:
+        """read_into(buffer, field=field) bound to the buffer, checked once: the fast form of a copying loop."""
     def __getitem__(self, name: str, /) -> _Value: ...
     def get(self, name: str, default: Any = None, /) -> _Value:
         """One field's consistent value, or default for an unknown name."""

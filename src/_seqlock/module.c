@@ -96,6 +96,12 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->ring_reader_type) < 0) {
         return -1;
     }
+    state->reader_into_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &reader_into_type_spec, NULL);
+    if (state->reader_into_type == NULL
+        || PyModule_AddType(module, state->reader_into_type) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -112,6 +118,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->waiter_type);
     Py_VISIT(state->seqring_type);
     Py_VISIT(state->ring_reader_type);
+    Py_VISIT(state->reader_into_type);
     Py_VISIT(atomic_load(&state->news_module));
     Py_VISIT(atomic_load(&state->snapshot_module));
     Py_VISIT(atomic_load(&state->typed_module));
@@ -131,6 +138,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->waiter_type);
     Py_CLEAR(state->seqring_type);
     Py_CLEAR(state->ring_reader_type);
+    Py_CLEAR(state->reader_into_type);
     Py_XDECREF(atomic_exchange(&state->news_module, NULL));
     Py_XDECREF(atomic_exchange(&state->snapshot_module, NULL));
     Py_XDECREF(atomic_exchange(&state->typed_module, NULL));

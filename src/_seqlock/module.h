@@ -20,6 +20,7 @@ typedef struct {
     PyTypeObject *waiter_type;
     PyTypeObject *seqring_type;
     PyTypeObject *ring_reader_type;
+    PyTypeObject *reader_into_type;
     /* seqlock_py._news, imported on first use (news.c) */
     _Atomic(PyObject *) news_module;
     /* seqlock_py._snapshot and ._typed, imported on first use (snapshot.c) */
@@ -36,6 +37,7 @@ extern PyType_Spec section_copy_type_spec;
 extern PyType_Spec waiter_type_spec;
 extern PyType_Spec seqring_type_spec;
 extern PyType_Spec ring_reader_type_spec;
+extern PyType_Spec reader_into_type_spec;
 
 /* The module `name`, imported on first use and then kept in *slot (a
  * field of the module state): one compare-and-swap decides which of two

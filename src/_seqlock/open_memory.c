@@ -26,7 +26,8 @@ typedef struct {
 
 static pthread_mutex_t writers = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static _Atomic uint64_t sequence;    /* odd while a writer changes the set */
+_Atomic unsigned long long open_memory_sequence_; /* odd while a writer
+                                                   changes the set */
 static _Atomic(table *) ranges;      /* never freed: see grow() */
 static _Atomic size_t used;          /* slots of ranges in use */
 static _Atomic uintptr_t hull_lo = UINTPTR_MAX, hull_hi = 0;
@@ -49,16 +50,18 @@ register_fork_handlers(void)
 static void
 write_begin(void)
 {
-    uint64_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
-    atomic_store_explicit(&sequence, s + 1, memory_order_relaxed);
+    _Atomic unsigned long long *word = &open_memory_sequence_;
+    unsigned long long s = atomic_load_explicit(word, memory_order_relaxed);
+    atomic_store_explicit(word, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 
 static void
 write_end(void)
 {
-    uint64_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
-    atomic_store_explicit(&sequence, s + 1, memory_order_release);
+    _Atomic unsigned long long *word = &open_memory_sequence_;
+    unsigned long long s = atomic_load_explicit(word, memory_order_relaxed);
+    atomic_store_explicit(word, s + 1, memory_order_release);
 }
 
 static void
@@ -202,7 +205,8 @@ open_memory_overlaps(const void *p, size_t len)
     for (;;) {
         /* acquire: the ranges a writer stored before its even store are
          * seen (read_seqbegin()). */
-        uint64_t s = atomic_load_explicit(&sequence, memory_order_acquire);
+        unsigned long long s = atomic_load_explicit(&open_memory_sequence_,
+                                                    memory_order_acquire);
         if (s & 1) {
             sched_yield(); /* a writer, holding the mutex, is mid-change */
             continue;
@@ -210,8 +214,10 @@ open_memory_overlaps(const void *p, size_t len)
         int found = overlaps_once(lo, hi);
         /* The loads above happen before the recheck (read_seqretry()). */
         atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&sequence, memory_order_relaxed) == s) {
+        if (atomic_load_explicit(&open_memory_sequence_,
+                                 memory_order_relaxed) == s) {
             return found;
         }
     }
 }
+

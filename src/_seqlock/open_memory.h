@@ -19,6 +19,7 @@
 #ifndef SEQLOCK_PY_OPEN_MEMORY_H
 #define SEQLOCK_PY_OPEN_MEMORY_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* Add [memory, memory + len) under key (the object's own address, unique
@@ -31,5 +32,19 @@ void open_memory_remove(const void *key);
 /* Nonzero if [p, p + len) overlaps the range of any key added and not yet
  * removed when the call began.  Never blocks, writes nothing shared. */
 int open_memory_overlaps(const void *p, size_t len);
+
+/* The set's sequence word (open_memory.c), for open_memory_version(). */
+extern _Atomic unsigned long long open_memory_sequence_;
+
+/* A number that changes whenever a range is added or removed: a caller
+ * that checked a buffer with open_memory_overlaps() need not check it again
+ * while this stays the same (odd while a change is made: never equal to
+ * the version of a finished check).  One load, writes nothing; inline, as
+ * a bound reader makes it per call. */
+static inline unsigned long long
+open_memory_version(void)
+{
+    return atomic_load_explicit(&open_memory_sequence_, memory_order_acquire);
+}
 
 #endif /* SEQLOCK_PY_OPEN_MEMORY_H */

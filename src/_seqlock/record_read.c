@@ -115,3 +115,38 @@ snapshot_retrying_pinned(SeqRecordObject *self, latch_read *r)
     return 0;
 }
 
+
+/* snapshot_pinned() but its inline case: the first pass inside the guard
+ * if a file backs the memory, then snapshot_retrying() if a write
+ * overlapped it. */
+int
+snapshot_slow(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+              uint64_t *seq)
+{
+    const bound_record *b = &self->rec;
+    int whole;
+    if (b->guarded == NULL) {
+        whole = record_try_read(&b->view, dst, offset, n, seq);
+    }
+    else {
+        bus_guard guard;
+        bus_guard_arm(&guard, b->guarded, b->guarded_len);
+        if (bus_guard_enter(&guard) != 0) {
+            bus_guard_left(&guard);
+            set_memory_gone();
+            return -1;
+        }
+        whole = record_try_read(&b->view, dst, offset, n, seq);
+        bus_guard_leave(&guard);
+    }
+    if (!whole) {
+        latch_read r = {&b->view, &self->lock.budget, dst, offset, n, 0, 0,
+                        NULL, 0};
+        if (snapshot_retrying(self, &r) < 0) {
+            return -1;
+        }
+        *seq = r.seq;
+    }
+    *seq &= ~(uint64_t)1;
+    return 0;
+}

@@ -79,6 +79,14 @@ state_of(PyObject *self)
     return PyType_GetModuleState(Py_TYPE(self));
 }
 
+/* The buffer read_into(buffer, field=field) copies into (field NULL or
+ * None: the whole record), exported in *view (the caller releases it),
+ * with the data bytes [*offset, +*n) it takes.  0, or -1 with TypeError,
+ * ValueError (naming call) or KeyError, nothing held. */
+int read_into_target(SeqRecordObject *self, PyObject *buffer,
+                     PyObject *field, const char *call, Py_buffer *view,
+                     size_t *offset, size_t *n);
+
 /* ---- consistent snapshots (record_read.c) ---- */
 
 /* Latch read passes a reader makes with the interpreter released, once it
@@ -113,36 +121,23 @@ int snapshot_retrying(SeqRecordObject *self, latch_read *r);
  * not held up); read_fallbacks counts those reads.  0, or -1 with OSError
  * (the file behind the record was truncated) or what a signal handler
  * raised meanwhile. */
+int snapshot_slow(SeqRecordObject *self, void *dst, size_t offset, size_t n,
+                  uint64_t *seq);
+
 static inline int
 snapshot_pinned(SeqRecordObject *self, void *dst, size_t offset, size_t n,
                 uint64_t *seq)
 {
-    const bound_record *b = &self->rec;
-    bus_guard guard;
-    int whole;
-    if (b->guarded == NULL) {
-        whole = record_try_read(&self->rec.view, dst, offset, n, seq);
+    /* Inline, the common case only: memory no file backs (a guard's
+     * sigsetjmp() would keep the compiler from inlining) and a first pass
+     * no write overlapped. */
+    if (SEQLOCK_LIKELY(self->rec.guarded == NULL)
+        && SEQLOCK_LIKELY(record_try_read(&self->rec.view, dst, offset, n,
+                                          seq))) {
+        *seq &= ~(uint64_t)1;
+        return 0;
     }
-    else {
-        bus_guard_arm(&guard, b->guarded, b->guarded_len);
-        if (bus_guard_enter(&guard) != 0) {
-            bus_guard_left(&guard);
-            set_memory_gone();
-            return -1;
-        }
-        whole = record_try_read(&self->rec.view, dst, offset, n, seq);
-        bus_guard_leave(&guard);
-    }
-    if (SEQLOCK_UNLIKELY(!whole)) {
-        latch_read r = {&self->rec.view, &self->lock.budget, dst, offset, n, 0, 0,
-                        NULL, 0};
-        if (snapshot_retrying(self, &r) < 0) {
-            return -1;
-        }
-        *seq = r.seq;
-    }
-    *seq &= ~(uint64_t)1;
-    return 0;
+    return snapshot_slow(self, dst, offset, n, seq);
 }
 
 /* ... as above, on an open record: ValueError once it is closed.  A

@@ -22,6 +22,7 @@
 #include "memory_kind.h"
 #include "news.h"
 #include "open_memory.h"
+#include "reader_into.h"
 #include "snapshot.h"
 
 #include <errno.h>
@@ -1311,13 +1312,54 @@ PyDoc_STRVAR(SeqRecord_read_into_doc,
 "tuple is built.  TypeError for another element type, ValueError for\n"
 "another shape or a strided buffer, KeyError for no such field.");
 
+int
+read_into_target(SeqRecordObject *self, PyObject *buffer, PyObject *field,
+                 const char *call, Py_buffer *view, size_t *offset,
+                 size_t *n)
+{
+    const field_spec *f = NULL;
+    if (field != NULL && field != Py_None) {
+        f = field_or_keyerror(self, field);
+        if (f == NULL) {
+            return -1;
+        }
+    }
+    if (PyObject_GetBuffer(buffer, view, PyBUF_RECORDS) < 0) {
+        return -1;
+    }
+    *offset = 0;
+    *n = self->layout->data_bytes;
+    if (f != NULL) {
+        *offset = f->offset;
+        *n = f->item_size * (size_t)f->count;
+        if (buffer_fits_field(f, view) < 0) {
+            goto error;
+        }
+    }
+    else if (buffer_fits_record(self->layout, view) < 0) {
+        goto error;
+    }
+    if ((size_t)view->len < *n) {
+        PyErr_Format(PyExc_ValueError,
+                     "buffer too small: a snapshot takes %zu bytes, the "
+                     "buffer has %zd", *n, view->len);
+        goto error;
+    }
+    if (refuse_open_memory(call, view->buf, *n) < 0) {
+        goto error;
+    }
+    return 0;
+error:
+    PyBuffer_Release(view);
+    return -1;
+}
+
 static PyObject *
 SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                     Py_ssize_t nargsf, PyObject *kwnames)
 {
     RETURN_IF_CLOSED(self, NULL);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *name = NULL;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs != 1 || nkw > 1
         || (nkw == 1
@@ -1328,39 +1370,10 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                         "field=name");
         return NULL;
     }
-    const field_spec *f = NULL;
-    if (nkw == 1 && (name = args[1]) != Py_None) {
-        f = field_or_keyerror(self, name);
-        if (f == NULL) {
-            return NULL;
-        }
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_RECORDS) < 0) {
-        return NULL;
-    }
-    size_t offset = 0, n = self->layout->data_bytes;
-    if (f != NULL) {
-        offset = f->offset;
-        n = f->item_size * (size_t)f->count;
-        if (buffer_fits_field(f, &view) < 0) {
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-    }
-    else if (buffer_fits_record(self->layout, &view) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if ((size_t)view.len < n) {
-        PyErr_Format(PyExc_ValueError,
-                     "buffer too small: a snapshot takes %zu bytes, the "
-                     "buffer has %zd", n, view.len);
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if (refuse_open_memory("read_into()", view.buf, n) < 0) {
-        PyBuffer_Release(&view);
+    size_t offset, n;
+    if (read_into_target(self, args[0], nkw == 1 ? args[1] : NULL,
+                         "read_into()", &view, &offset, &n) < 0) {
         return NULL;
     }
     uint64_t seq;
@@ -1578,6 +1591,8 @@ static PyMethodDef SeqRecord_methods[] = {
     {"read_into", (PyCFunction)(void (*)(void))SeqRecord_read_into,
      METH_FASTCALL | METH_KEYWORDS,
      SeqRecord_read_into_doc},
+    {"reader_into", (PyCFunction)(void (*)(void))reader_into_new,
+     METH_FASTCALL | METH_KEYWORDS, READER_INTO_DOC},
     {"get", (PyCFunction)(void (*)(void))SeqRecord_get, METH_FASTCALL,
      SeqRecord_get_doc},
     {"update", (PyCFunction)(void (*)(void))SeqRecord_update,
