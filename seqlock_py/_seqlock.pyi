@@ -131,14 +131,14 @@ class SeqRecord(Generic[_S]):
     @overload
     @classmethod
     def create_shared(cls, name: str, declaration: type[_NT], /) -> SeqRecord[_NT]:
-        """create() in a new named shared memory block the record owns: close() closes and unlinks it; FileExistsError if the name exists."""
+        """create() in a new named shared memory block the record owns, named once laid out: close() closes and unlinks it; FileExistsError if the name exists."""
     @overload
     @classmethod
     def create_shared(cls, name: str, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
     @overload
     @classmethod
     def attach_shared(cls, name: str, declaration: type[_NT], /) -> SeqRecord[_NT]:
-        """attach() to create_shared()'s block, untracked by the resource tracker: close() closes the mapping only; FileNotFoundError if missing."""
+        """attach() to create_shared()'s block, untracked by the resource tracker: close() closes the mapping only; FileNotFoundError if missing (or not yet laid out)."""
     @overload
     @classmethod
     def attach_shared(cls, name: str, declaration: None = None, /, **fields: str) -> SeqRecord[Snapshot]: ...
@@ -255,13 +255,13 @@ class SeqRing(Generic[_S]):
 
     @overload
     def __new__(cls, capacity: int, declaration: type[_NT], /) -> SeqRing[_NT]:
-        """A ring of capacity entries of a typing.NamedTuple class's fields; poll() returns that class."""
+        """A ring of capacity entries of a typing.NamedTuple class's fields; poll() returns that class; MemoryError (naming the bytes) beyond the machine's memory."""
     @overload
     def __new__(cls, capacity: int, declaration: None = None, /, **fields: str) -> SeqRing[Snapshot]: ...
     @overload
     @classmethod
     def buffer_size(cls, capacity: int, declaration: type[tuple[Any, ...]], /) -> int:
-        """Bytes of buffer create() needs for capacity entries of these fields."""
+        """Bytes of buffer create() needs for capacity entries of these fields; OverflowError beyond a size_t."""
     @overload
     @classmethod
     def buffer_size(cls, capacity: int, declaration: None = None, /, **fields: str) -> int: ...
@@ -285,14 +285,14 @@ class SeqRing(Generic[_S]):
     @overload
     @classmethod
     def create_shared(cls, name: str, capacity: int, declaration: type[_NT], /) -> SeqRing[_NT]:
-        """create() in a new named shared memory block the ring owns: close() closes and unlinks it; FileExistsError if the name exists."""
+        """create() in a new named shared memory block the ring owns, named once laid out: close() closes and unlinks it; FileExistsError if the name exists; MemoryError beyond /dev/shm's free space."""
     @overload
     @classmethod
     def create_shared(cls, name: str, capacity: int, declaration: None = None, /, **fields: str) -> SeqRing[Snapshot]: ...
     @overload
     @classmethod
     def attach_shared(cls, name: str, declaration: type[_NT], /) -> SeqRing[_NT]:
-        """attach() to create_shared()'s block, untracked by the resource tracker: close() closes the mapping only; FileNotFoundError if missing."""
+        """attach() to create_shared()'s block, untracked by the resource tracker: close() closes the mapping only; FileNotFoundError if missing (or not yet laid out)."""
     @overload
     @classmethod
     def attach_shared(cls, name: str, declaration: None = None, /, **fields: str) -> SeqRing[Snapshot]: ...

@@ -825,6 +825,23 @@ def test_create_and_attach_take_the_buffer_then_at_most_a_declaration(method):
         getattr(SeqRecord, method)(bytearray(4096), bytearray(4096), x="d")
 
 
+def test_a_record_constructed_on_a_buffer_points_to_create_and_attach():
+    # Found: SeqRecord(shm.buf, x="d") (create forgotten) said "takes a
+    # typing.NamedTuple class or the fields as keywords, not both".
+    buf = bytearray(4096)
+    for call in (lambda: SeqRecord(buf, x="d"), lambda: SeqRecord(buf)):
+        with pytest.raises(TypeError, match=r"takes no buffer.*SeqRecord\.create\(buffer.*SeqRecord\.attach\(buffer") as caught:
+            call()
+        assert "not both" not in str(caught.value)
+
+
+def test_pickling_a_record_says_to_attach_shared_it_by_name():
+    import pickle
+
+    with pytest.raises(TypeError, match=r"cannot pickle.*pass.*name.*SeqRecord\.attach_shared\(name\)"):
+        pickle.dumps(SeqRecord(x="d"))
+
+
 def test_record_keeps_its_buffer_exported_while_it_lives():
     buf = bytearray(SeqRecord.buffer_size(x="d"))
     rec = SeqRecord.create(buf, x="d")

@@ -488,6 +488,77 @@ def test_ring_cannot_be_pickled():
         pickle.dumps(small_ring())
 
 
+def test_pickling_a_ring_or_its_reader_says_to_attach_shared_it_by_name():
+    import pickle
+
+    ring = small_ring()
+    with pytest.raises(TypeError, match=r"cannot pickle.*SeqRing\.attach_shared\(name\)"):
+        pickle.dumps(ring)
+    with pytest.raises(TypeError, match=r"cannot pickle.*attach_shared\(name\).*reader\(\)"):
+        pickle.dumps(ring.reader())
+
+
+def test_a_ring_constructed_on_a_buffer_points_to_create_and_attach():
+    buf = bytearray(4096)
+    for call in (lambda: SeqRing(buf, 4, x="d"), lambda: SeqRing(buf, 4), lambda: SeqRing(buf, x="d")):
+        with pytest.raises(TypeError, match=r"takes no buffer.*SeqRing\.create\(buffer.*SeqRing\.attach\(buffer") as caught:
+            call()
+        assert "not both" not in str(caught.value)
+
+
+# ---- capacities beyond memory ----
+
+# A child that cannot fill the machine's memory whatever it asks for: its
+# address space is what it maps now plus argv[1] bytes.  A regression
+# fails the test; it does not make the kernel's OOM killer pick a process.
+LIMITED_RING = """
+import resource, sys
+from seqlock_py import SeqRing
+mapped = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:")][0]
+limit = mapped + int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+capacity = int(sys.argv[2])
+fields = dict(f.split("=") for f in sys.argv[3:])
+try:
+    print("size", SeqRing.buffer_size(capacity, **fields))
+except BaseException as e:
+    print("size raised", type(e).__name__, e)
+try:
+    SeqRing(capacity, **fields)
+    print("made")
+except BaseException as e:
+    print("raised", type(e).__name__, e)
+"""
+
+
+def test_a_capacity_beyond_the_machines_memory_is_refused_naming_the_bytes():
+    # Found: SeqRing(2**40, x="d") grew to 24 GB on 3.13t (mimalloc
+    # reserves the 16 TiB, the layout zeroes it) and the OOM killer ended
+    # it; 3.11 raised a MemoryError with an empty message.
+    code, out = run_python(LIMITED_RING, str(1 << 30), str(2**40), "x=d")
+    assert code == 0, out
+    size = int(out.split("size ")[1].split()[0])
+    assert f"raised MemoryError SeqRing({2**40}, ...) needs {size} bytes" in out, out
+    assert "more than this machine's memory" in out, out
+
+
+def test_a_ring_that_cannot_be_allocated_raises_memory_error_naming_the_bytes():
+    # 1 GiB: within the machine's memory, beyond the child's address space.
+    code, out = run_python(LIMITED_RING, str(256 << 20), str(2**26), "x=d")
+    assert code == 0, out
+    size = int(out.split("size ")[1].split()[0])
+    assert f"raised MemoryError cannot allocate the {size} bytes of SeqRing({2**26}, ...)" in out, out
+
+
+def test_a_ring_whose_size_overflows_a_size_t_is_refused_naming_its_entries():
+    # 2**40 entries of 2**24 + 8 bytes: more than 2**64.  buffer_size()
+    # and SeqRing() raised an empty MemoryError.
+    code, out = run_python(LIMITED_RING, str(1 << 30), str(2**40), f"x={2**21}d")
+    assert code == 0, out
+    assert f"size raised OverflowError a ring of {2**40} entries of {2**24 + 8} bytes" in out, out
+    assert f"raised MemoryError a ring of {2**40} entries of {2**24 + 8} bytes takes more than" in out, out
+
+
 # ---- the stress test: reader processes, one lapped on purpose ----
 
 READER_CODE = r"""

@@ -4,12 +4,14 @@ an opener reads the capacity and the layout from the block, and its exit,
 with or without close(), never unlinks it."""
 from __future__ import annotations
 
+import time
 import typing
 
 import pytest
 
-from process_helpers import run_python, shm_block_fixture, shm_exists
+from process_helpers import PythonProcess, run_python, shm_block_fixture, shm_exists
 from seqlock_py import SeqRing
+from workers import LONG
 
 
 name = shm_block_fixture("seqlock_test_ring")
@@ -114,3 +116,87 @@ def test_attach_shared_of_a_records_block_raises_value_error(name):
 def test_a_name_with_a_null_character_raises_value_error():
     with pytest.raises(ValueError, match="null"):
         SeqRing.create_shared("ring\0other", 4, x="d")
+
+
+CREATE_AND_CLOSE = """
+import sys, time
+from seqlock_py import SeqRing
+print("started", flush=True)
+for _ in range(int(sys.argv[2])):
+    ring = SeqRing.create_shared(sys.argv[1], 64, price="d", size="q")
+    time.sleep(0.0005)  # a whole block for openers to find, too
+    ring.close()
+print("done", flush=True)
+"""
+
+
+def test_an_opener_racing_create_shared_finds_no_block_or_a_whole_one(name):
+    # Found: as SeqRecord's; an opener retrying on FileNotFoundError got
+    # "cannot mmap an empty file" and "holds no SeqRing (... create() it
+    # first)".
+    opened, failures = 0, []
+    with PythonProcess(CREATE_AND_CLOSE, name, "200") as child:
+        child.expect("started")
+        deadline = time.monotonic() + LONG
+        while child.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                ring = SeqRing.attach_shared(name)
+            except FileNotFoundError:
+                continue
+            except Exception as e:  # noqa: BLE001: every other error is the defect
+                failures.append(f"{type(e).__name__}: {e}")
+                continue
+            opened += 1
+            assert ring.capacity == 64 and ring.fields == ("price", "size")
+            ring.close()
+        code, out = child.finish()
+    assert code == 0, out
+    assert failures == [], f"{len(failures)} of the opens failed, first {failures[0]!r}"
+    assert opened > 0
+
+
+def test_attach_shared_of_a_block_that_holds_no_ring_says_so_and_never_to_create(name):
+    from multiprocessing import shared_memory
+
+    foreign = shared_memory.SharedMemory(name=name, create=True, size=4096)
+    try:
+        with pytest.raises(ValueError, match="holds no SeqRing") as caught:
+            SeqRing.attach_shared(name)
+        assert "create" not in str(caught.value)
+    finally:
+        foreign.close()
+        foreign.unlink()
+
+
+def test_create_shared_with_overwrite_says_it_takes_none_and_what_to_do(name):
+    with pytest.raises(TypeError, match=r"takes no overwrite=.*unlink") as caught:
+        SeqRing.create_shared(name, 4, x="d", overwrite=True)
+    assert "format of field" not in str(caught.value)
+    assert not exists(name)
+
+
+# A child that cannot fill memory whatever it asks for: 4 GiB of address
+# space, files (a shared memory block is one) of at most 1 GiB, a file
+# too large an error rather than SIGXFSZ.  A regression then fails the
+# test instead of filling the machine's RAM.
+LIMITED = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+from seqlock_py import SeqRing
+name, capacity = sys.argv[1], int(sys.argv[2])
+print("size", SeqRing.buffer_size(capacity, x="d"))
+try:
+    SeqRing.create_shared(name, capacity, x="d").close()
+except BaseException as e:
+    print("raised", type(e).__name__, e)
+"""
+
+
+def test_create_shared_of_a_ring_larger_than_shared_memory_refuses_before_making_the_block(name):
+    code, out = run_python(LIMITED, name, str(2**40))
+    assert code == 0, out
+    size = int(out.split("size ")[1].split()[0])
+    assert "raised MemoryError" in out and f"{size} bytes" in out, out
+    assert not exists(name)

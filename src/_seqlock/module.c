@@ -6,13 +6,11 @@
 #include "bus_guard.h"
 #include "snapshot.h"
 
-/* __reduce__ of an object that cannot be pickled or copied (a lock, a
- * record, a write section): every type of this module. */
 PyObject *
-reduce_refused(PyObject *self, PyObject *Py_UNUSED(unused))
+pickling_refused(PyObject *self, const char *remedy)
 {
-    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
-                 Py_TYPE(self)->tp_name);
+    PyErr_Format(PyExc_TypeError, "cannot pickle or copy '%.200s' object: %s",
+                 Py_TYPE(self)->tp_name, remedy);
     return NULL;
 }
 

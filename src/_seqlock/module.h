@@ -44,7 +44,9 @@ extern PyType_Spec reader_into_type_spec;
  * racing first imports is kept.  Borrowed, or NULL with an exception. */
 PyObject *python_helper(_Atomic(PyObject *) *slot, const char *name);
 
-/* __reduce__ of an object that cannot be pickled or copied (module.c). */
-PyObject *reduce_refused(PyObject *self, PyObject *unused);
+/* What __reduce__ of an object that cannot be pickled or copied returns:
+ * NULL with a TypeError that names self's type and says remedy, what to
+ * do instead (module.c). */
+PyObject *pickling_refused(PyObject *self, const char *remedy);
 
 #endif /* SEQLOCK_PY_MODULE_H */

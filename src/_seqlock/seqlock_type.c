@@ -349,6 +349,16 @@ PyDoc_STRVAR(SeqLock_reduce_doc,
 "Raise TypeError: a lock cannot be pickled or copied.");
 
 static PyObject *
+SeqLock_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return pickling_refused(
+        self, "a SeqLock guards objects of this process only; to share "
+              "numbers with another process, make a SeqRecord with "
+              "SeqRecord.create_shared(name, ...), pass the name, and open "
+              "it there with SeqRecord.attach_shared(name)");
+}
+
+static PyObject *
 SeqLock_get_sequence(SeqLockObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromUnsignedLongLong(seqlock_sequence(&self->word));
@@ -403,7 +413,7 @@ static PyMethodDef SeqLock_methods[] = {
     {"read_retry", (PyCFunction)SeqLock_read_retry, METH_O,
      SeqLock_read_retry_doc},
     {"locked", (PyCFunction)SeqLock_locked, METH_NOARGS, SeqLock_locked_doc},
-    {"__reduce__", reduce_refused, METH_NOARGS, SeqLock_reduce_doc},
+    {"__reduce__", SeqLock_reduce, METH_NOARGS, SeqLock_reduce_doc},
     {NULL, NULL, 0, NULL},
 };
 

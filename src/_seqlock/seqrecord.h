@@ -217,6 +217,11 @@ record_layout *declared_layout(PyTypeObject *type, PyObject *decl,
 PyObject *no_declaration(PyObject *decl);
 /* TypeError for a declaration given both ways; -1. */
 int declared_twice(const char *method);
+/* -1 with a TypeError if obj, given to the constructor type() (SeqRecord
+ * or SeqRing), is a buffer: it makes memory of its own, and the error
+ * names the calls that take a buffer (create_args: "buffer, **fields");
+ * else 0. */
+int refuse_buffer(const char *type, PyObject *obj, const char *create_args);
 /* The guard for accesses to the whole of a buffer: none unless a file
  * backs it (another process may truncate it). */
 bound_record buffer_guard(const Py_buffer *view, int memory_kind);

@@ -22,6 +22,7 @@
 #include "memory_kind.h"
 #include "news.h"
 #include "open_memory.h"
+#include "own_memory.h"
 #include "reader_into.h"
 #include "snapshot.h"
 
@@ -62,6 +63,20 @@ declared_twice(const char *method)
     PyErr_Format(PyExc_TypeError,
                  "%s() takes a typing.NamedTuple class or the fields as "
                  "keywords, not both", method);
+    return -1;
+}
+
+int
+refuse_buffer(const char *type, PyObject *obj, const char *create_args)
+{
+    if (obj == NULL || PyType_Check(obj) || !PyObject_CheckBuffer(obj)) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "%s() takes no buffer (it makes memory of its own): "
+                 "%s.create(%s) lays a new one out in a buffer, "
+                 "%s.attach(buffer) opens one laid out there",
+                 type, type, create_args, type);
     return -1;
 }
 
@@ -150,6 +165,11 @@ SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
     PyObject *decl = nargs == 1 ? no_declaration(PyTuple_GET_ITEM(args, 0))
                                 : NULL;
+    if (nargs >= 1
+        && refuse_buffer("SeqRecord", PyTuple_GET_ITEM(args, 0),
+                         "buffer, **fields") < 0) {
+        return NULL;
+    }
     if (nargs > 1) {
         PyErr_SetString(PyExc_TypeError,
                         "SeqRecord() takes a typing.NamedTuple class or the "
@@ -166,10 +186,11 @@ SeqRecord_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     size_t size = layout_record_size(self->layout);
-    self->memory = PyMem_Calloc(1, size);
+    self->memory = own_memory_alloc(size, "SeqRecord(...)",
+                                    "give fewer or smaller fields");
     if (self->memory == NULL) {
         Py_DECREF(self);
-        return PyErr_NoMemory();
+        return NULL;
     }
     int err = record_init(self->memory,
                           PyBytes_AS_STRING(self->layout->descriptor),
@@ -246,8 +267,8 @@ mismatch_error(const header_check *c)
     switch (c->mismatch) {
     case RECORD_NO_MAGIC:
         PyErr_SetString(PyExc_ValueError,
-                        "the buffer holds no SeqRecord (no magic number: "
-                        "create() it first)");
+                        "the buffer holds no SeqRecord (no magic number): "
+                        "it is other memory, or a record overwritten");
         return -1;
     case RECORD_OTHER_VERSION:
         PyErr_Format(PyExc_ValueError,
@@ -971,8 +992,11 @@ PyDoc_STRVAR(SeqRecord_create_shared_doc,
 "says for the NamedTuple class or the keyword fields (as create() takes\n"
 "them), lay a new record out in it and return the record, which owns\n"
 "the block: its close() (or with block) closes the block and\n"
-"unlinks its name.  FileExistsError if the name exists, ValueError if it\n"
-"is not ASCII (the resource tracker's limit).  Other processes\n"
+"unlinks its name.  The block gets its name only once laid out (on\n"
+"Linux): an opener finds no block or a whole one.  FileExistsError if\n"
+"the name exists (no overwrite=: unlink a stale block first), ValueError\n"
+"if it is not ASCII (the resource tracker's limit), MemoryError if\n"
+"/dev/shm has not that much free.  Other processes\n"
 "open it with SeqRecord.attach_shared(name).  If this process exits\n"
 "without close(), the standard library's resource tracker unlinks the\n"
 "name at its exit (the block lives on while others map it).");
@@ -992,13 +1016,23 @@ PyDoc_STRVAR(SeqRecord_attach_shared_doc,
 "name.  The standard library's resource tracker is kept out (track=False\n"
 "on 3.13+, no registration before), so this process's exit never unlinks\n"
 "the block under the others.  FileNotFoundError if the name does not\n"
-"exist.");
+"exist (create_shared() names a block once it is laid out), ValueError\n"
+"if the block holds no record.");
 
 static PyObject *
 SeqRecord_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     return call_shared("attach_shared", type, args, kwargs, 1, 2,
                        RECORD_SHARED_USAGE);
+}
+
+static PyObject *
+SeqRecord_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return pickling_refused(
+        self, "to use a record in another process, make it with "
+              "SeqRecord.create_shared(name, ...), pass the name, and open "
+              "it there with SeqRecord.attach_shared(name)");
 }
 
 static PyObject *
@@ -1609,7 +1643,7 @@ static PyMethodDef SeqRecord_methods[] = {
     {"__exit__", (PyCFunction)(void (*)(void))SeqRecord_exit, METH_FASTCALL,
      PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
                "close() the record.")},
-    {"__reduce__", reduce_refused, METH_NOARGS,
+    {"__reduce__", SeqRecord_reduce, METH_NOARGS,
      PyDoc_STR("__reduce__($self, /)\n--\n\n"
                "Raise TypeError: a record cannot be pickled or copied.")},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS,

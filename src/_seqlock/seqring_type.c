@@ -27,6 +27,7 @@
 #include "memory_kind.h"
 #include "news.h"
 #include "open_memory.h"
+#include "own_memory.h"
 #include "ring.h"
 #include "snapshot.h"
 
@@ -64,6 +65,24 @@ ring_bytes(const record_layout *layout, uint64_t capacity)
 {
     return ring_size((uint32_t)PyBytes_GET_SIZE(layout->descriptor),
                      (uint32_t)layout->data_bytes, capacity);
+}
+
+/* ring_bytes(), or 0 with exc (MemoryError for SeqRing(), OverflowError
+ * for buffer_size()) if that size does not fit in a size_t. */
+static size_t
+ring_bytes_or_error(const record_layout *layout, uint64_t capacity,
+                    PyObject *exc)
+{
+    size_t size = ring_bytes(layout, capacity);
+    if (size == 0) {
+        PyErr_Format(exc,
+                     "a ring of %llu entries of %zu bytes takes more than "
+                     "%zu bytes: give a smaller capacity or smaller entries",
+                     (unsigned long long)capacity,
+                     ring_slot_words(layout->data_bytes) * SEQLOCK_WORD_SIZE,
+                     (size_t)SIZE_MAX);
+    }
+    return size;
 }
 
 /* capacity as a number of slots: 1 to MAX_CAPACITY.  0 or -1. */
@@ -168,7 +187,10 @@ SeqRing_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *decl;
     uint64_t capacity;
-    if (ring_declaration("SeqRing", args, 1, kwargs, &decl) < 0
+    if ((PyTuple_GET_SIZE(args) >= 1
+         && refuse_buffer("SeqRing", PyTuple_GET_ITEM(args, 0),
+                          "buffer, capacity, **fields") < 0)
+        || ring_declaration("SeqRing", args, 1, kwargs, &decl) < 0
         || capacity_arg(PyTuple_GET_ITEM(args, 0), &capacity) < 0) {
         return NULL;
     }
@@ -176,11 +198,17 @@ SeqRing_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    size_t size = ring_bytes(self->layout, capacity);
-    self->memory = size == 0 ? NULL : PyMem_Calloc(1, size);
+    size_t size = ring_bytes_or_error(self->layout, capacity,
+                                      PyExc_MemoryError);
+    char what[48];
+    (void)snprintf(what, sizeof what, "SeqRing(%llu, ...)",
+                   (unsigned long long)capacity);
+    self->memory = size == 0 ? NULL
+                             : own_memory_alloc(size, what,
+                                                "give a smaller capacity");
     if (self->memory == NULL) {
         Py_DECREF(self);
-        return PyErr_NoMemory();
+        return NULL;
     }
     int err = ring_init(self->memory,
                         PyBytes_AS_STRING(self->layout->descriptor),
@@ -203,7 +231,8 @@ SeqRing_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 PyDoc_STRVAR(SeqRing_buffer_size_doc,
 "buffer_size($type, capacity, declaration=None, /, **fields)\n--\n\n"
 "Bytes of buffer that create() needs for a ring of capacity entries of\n"
-"these fields (keywords, or a typing.NamedTuple class).");
+"these fields (keywords, or a typing.NamedTuple class).  OverflowError\n"
+"if that is more than a size_t holds.");
 
 static PyObject *
 SeqRing_buffer_size(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -218,12 +247,9 @@ SeqRing_buffer_size(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (layout == NULL) {
         return NULL;
     }
-    size_t size = ring_bytes(layout, capacity);
+    size_t size = ring_bytes_or_error(layout, capacity, PyExc_OverflowError);
     layout_free(layout);
-    if (size == 0) {
-        return PyErr_NoMemory();
-    }
-    return PyLong_FromSize_t(size);
+    return size == 0 ? NULL : PyLong_FromSize_t(size);
 }
 
 /* ---- create() and attach(): a ring in the caller's buffer ---- */
@@ -283,8 +309,8 @@ ring_mismatch_error(enum ring_mismatch m, uint32_t version, uint32_t abi)
     switch (m) {
     case RING_NO_MAGIC:
         PyErr_SetString(PyExc_ValueError,
-                        "the buffer holds no SeqRing (no magic number: "
-                        "create() it first)");
+                        "the buffer holds no SeqRing (no magic number): it "
+                        "is other memory, or a ring overwritten");
         break;
     case RING_OTHER_VERSION:
         PyErr_Format(PyExc_ValueError,
@@ -460,8 +486,12 @@ SeqRing_create(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "mapped read-only");
         goto error;
     }
-    size_t need = ring_bytes(self->layout, capacity);
-    if (need == 0 || (size_t)view.len < need) {
+    size_t need = ring_bytes_or_error(self->layout, capacity,
+                                      PyExc_ValueError);
+    if (need == 0) {
+        goto error;
+    }
+    if ((size_t)view.len < need) {
         PyErr_Format(PyExc_ValueError,
                      "buffer too small: the ring needs %zu bytes, the buffer "
                      "has %zd", need, view.len);
@@ -1170,13 +1200,22 @@ RingReader_dealloc(RingReaderObject *self)
     Py_DECREF(type);
 }
 
+static PyObject *
+RingReader_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return pickling_refused(
+        self, "in another process, open the ring with "
+              "SeqRing.attach_shared(name) (create_shared()'s name, passed "
+              "to it) and make a reader of it there with ring.reader()");
+}
+
 static PyMethodDef RingReader_methods[] = {
     {"poll", (PyCFunction)RingReader_poll, METH_NOARGS, RingReader_poll_doc},
     {"wait", (PyCFunction)(void (*)(void))RingReader_wait,
      METH_VARARGS | METH_KEYWORDS, RingReader_wait_doc},
     {"wait_async", (PyCFunction)(void (*)(void))RingReader_wait_async,
      METH_VARARGS | METH_KEYWORDS, RingReader_wait_async_doc},
-    {"__reduce__", reduce_refused, METH_NOARGS,
+    {"__reduce__", RingReader_reduce, METH_NOARGS,
      PyDoc_STR("__reduce__($self, /)\n--\n\n"
                "Raise TypeError: a reader cannot be pickled or copied.")},
     {NULL, NULL, 0, NULL},
@@ -1534,8 +1573,11 @@ PyDoc_STRVAR(SeqRing_create_shared_doc,
 "Create the named shared memory block name, as large as buffer_size()\n"
 "says, lay a new ring of capacity entries out in it (as create() does)\n"
 "and return the ring, which owns the block: its close() (or with block)\n"
-"closes the block and unlinks its name.  FileExistsError if the name\n"
-"exists, ValueError if it is not ASCII.  Other processes open it with\n"
+"closes the block and unlinks its name.  The block gets its name only\n"
+"once laid out (on Linux): an opener finds no block or a whole one.\n"
+"FileExistsError if the name exists (no overwrite=: unlink a stale block\n"
+"first), ValueError if it is not ASCII, MemoryError if /dev/shm has not\n"
+"that much free.  Other processes open it with\n"
 "SeqRing.attach_shared(name).  If this process exits without close(),\n"
 "the standard library's resource tracker unlinks the name at its exit\n"
 "(the block lives on while others map it).");
@@ -1555,7 +1597,8 @@ PyDoc_STRVAR(SeqRing_attach_shared_doc,
 "unlinking the name,\n"
 "and the standard library's resource tracker is kept out, so this\n"
 "process's exit never unlinks the block under the others.\n"
-"FileNotFoundError if the name does not exist.");
+"FileNotFoundError if the name does not exist (create_shared() names a\n"
+"block once it is laid out), ValueError if the block holds no ring.");
 
 static PyObject *
 SeqRing_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -1563,6 +1606,15 @@ SeqRing_attach_shared(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return call_shared("attach_shared", type, args, kwargs, 1, 2,
                        "the shared memory's name, then a NamedTuple class "
                        "or the fields as keywords (or neither)");
+}
+
+static PyObject *
+SeqRing_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return pickling_refused(
+        self, "to use a ring in another process, make it with "
+              "SeqRing.create_shared(name, capacity, ...), pass the name, "
+              "and open it there with SeqRing.attach_shared(name)");
 }
 
 static PyObject *
@@ -1720,7 +1772,7 @@ static PyMethodDef SeqRing_methods[] = {
     {"__exit__", (PyCFunction)(void (*)(void))SeqRing_exit, METH_FASTCALL,
      PyDoc_STR("__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
                "close() the ring.")},
-    {"__reduce__", reduce_refused, METH_NOARGS,
+    {"__reduce__", SeqRing_reduce, METH_NOARGS,
      PyDoc_STR("__reduce__($self, /)\n--\n\n"
                "Raise TypeError: a ring cannot be pickled or copied.")},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS,
@@ -1776,7 +1828,9 @@ PyDoc_STRVAR(SeqRing_doc,
 "reader copied it is counted in reader.missed, never returned torn.\n"
 "Readers never wait for a writer, never slow one and write nothing\n"
 "shared.  SeqRing.create/attach put a ring in memory shared between\n"
-"processes.");
+"processes.  The ring's memory is zeroed, all of it, at construction: a\n"
+"capacity beyond the machine's RAM and swap raises MemoryError, naming\n"
+"the bytes, before anything is allocated.");
 
 static PyType_Slot SeqRing_slots[] = {
     {Py_tp_new, SeqRing_new},
