@@ -17,7 +17,8 @@
 #include <unistd.h>
 #endif
 
-_Thread_local in_use_thread *in_use_mine_;
+_Thread_local in_use_thread *in_use_mine_
+    __attribute__((tls_model("initial-exec")));
 _Atomic int in_use_asymmetric_;
 _Atomic unsigned in_use_forks_;
 

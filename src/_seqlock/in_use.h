@@ -52,7 +52,12 @@ typedef enum {
 /* The calling thread's slots, taken on its first call (NULL: no memory). */
 in_use_thread *in_use_slots_(void);
 
-extern _Thread_local in_use_thread *in_use_mine_;
+/* The calling thread's slots (NULL until its first call).  Initial-exec,
+ * as bus_guard_current: every pinned call reads it, and the default model
+ * of a dlopen()ed module's thread-locals costs a call to __tls_get_addr()
+ * per read; one pointer fits the static TLS glibc keeps for them. */
+extern _Thread_local in_use_thread *in_use_mine_
+    __attribute__((tls_model("initial-exec")));
 
 /* Nonzero once closers fence with membarrier(): readers then need only a
  * compiler barrier.  Set before any thread has slots, never cleared but
