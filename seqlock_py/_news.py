@@ -13,6 +13,15 @@ after each write it answers every future the write concerns, with one
 loop's timer; cancelling the await withdraws the future.  2,000 pending
 waits on one record are one thread, not 2,000.
 
+The watcher runs no code of its callers: the C layer hands over every
+argument converted (seq a plain int, the timeout None or seconds as a
+float), and the watch keeps event loops and futures by id(), so neither
+their __hash__ nor their __eq__ runs in it.  Only a loop's
+call_soon_threadsafe does (outside the lock): a loop that cannot be
+called is left unanswered, and the others are answered all the same.
+Whatever goes wrong inside the watcher, it first unregisters its watch:
+the next wait_async on the owner starts a new one.
+
 The watcher is not a daemon thread (an isolated subinterpreter refuses
 those).  It ends once nothing is pending, letting go of the owner before
 the last answers reach their loops (so the buffer can be released at
@@ -90,8 +99,9 @@ class _Watch:
         self.owner = owner  # kept alive while a wait is pending (None once left)
         self.waiter = owner._waiter(0, None)  # the watcher's sleeps; cancel() wakes it
         self.thread: threading.Thread | None = None
-        #: seq -> event loop -> the futures waiting for a write since seq
-        self.pending: dict[int, dict[asyncio.AbstractEventLoop, set[asyncio.Future[bool]]]] = {}
+        #: seq -> id(loop) -> (loop, id(future) -> future): the futures
+        #: waiting for a write since seq (by id: no caller's __eq__ runs)
+        self.pending: dict[int, _Waits] = {}
         self.count = 0  # futures in pending
         self.kicked = False  # waiter cancelled to make the watcher look
         self.ended = False  # the owner was closed: the watcher just leaves
@@ -104,11 +114,19 @@ _watches: dict[int, _Watch] = {}
 _stopping = False  # the interpreter shuts down: no new watcher
 _stop_at_exit_registered = False
 
-_Answers = dict["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]
+#: A watch's futures of one seq: id(loop) -> (loop, id(future) -> future).
+_Waits = dict[int, tuple["asyncio.AbstractEventLoop", dict[int, "asyncio.Future[bool]"]]]
+#: Futures to answer: id(loop) -> (loop, futures).
+_Answers = dict[int, tuple["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]]
 
 
 async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
-    """owner.wait(seq, timeout), awaited: the owner's watcher answers."""
+    """owner.wait(seq, timeout), awaited: the owner's watcher answers.
+    seq is a plain int and timeout None or a float (converted by the C
+    layer): the watcher compares and hashes seq, and must run no caller's
+    code."""
+    if type(seq) is not int:
+        raise TypeError(f"seq must be converted to a plain int first, not {type(seq).__name__}")
     if owner._news_wait(seq, 0):
         return True
     if timeout == 0:
@@ -169,7 +187,11 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
         watch = _watches.get(id(owner))
         if watch is None:
             watch = _watches[id(owner)] = _Watch(owner)
-        watch.pending.setdefault(seq, {}).setdefault(loop, set()).add(answer)
+        by_loop = watch.pending.setdefault(seq, {})
+        waits = by_loop.get(id(loop))
+        if waits is None:
+            waits = by_loop[id(loop)] = (loop, {})
+        waits[1][id(answer)] = answer
         watch.count += 1
         if watch.thread is None:
             try:
@@ -204,13 +226,13 @@ def _discard(watch: _Watch, seq: int, loop: asyncio.AbstractEventLoop, answer: a
     by_loop = watch.pending.get(seq)
     if by_loop is None:
         return False
-    futures = by_loop.get(loop)
-    if futures is None or answer not in futures:
+    waits = by_loop.get(id(loop))
+    # answer is alive (the caller holds it), so no other future has its id.
+    if waits is None or waits[1].pop(id(answer), None) is None:
         return False
-    futures.discard(answer)
     watch.count -= 1
-    if not futures:
-        del by_loop[loop]
+    if not waits[1]:
+        del by_loop[id(loop)]
         if not by_loop:
             del watch.pending[seq]
     return True
@@ -220,8 +242,9 @@ def _take(watch: _Watch, keep: int | None) -> _Answers:
     """Remove and return, by loop, the futures of every seq but keep."""
     taken: _Answers = {}
     for seq in [seq for seq in watch.pending if seq != keep]:
-        for loop, futures in watch.pending.pop(seq).items():
-            taken.setdefault(loop, []).extend(futures)
+        by_loop = watch.pending.pop(seq)
+        for key, (loop, futures) in by_loop.items():
+            taken.setdefault(key, (loop, []))[1].extend(futures.values())
             watch.count -= len(futures)
     return taken
 
@@ -229,7 +252,16 @@ def _take(watch: _Watch, keep: int | None) -> _Answers:
 def _watch(watch: _Watch) -> None:
     """The watcher thread: sleep on the owner's count for every pending
     wait, answer those each write concerns, leave when none is left."""
-    answers, outcome = _watch_until_none_is_left(watch)
+    try:
+        answers, outcome = _watch_until_none_is_left(watch)
+    except BaseException as exc:
+        # Its own clean-up failed: leave no dead watch, answer what can
+        # be answered, and let threading.excepthook report the failure.
+        with _lock:
+            _unregister(watch)
+            answers = _take(watch, None)
+        _deliver(answers, exc.with_traceback(None))
+        raise
     # Nothing here holds the owner any more, so the tasks answered last
     # may release its buffer at once (SharedMemory.close()).
     _deliver(answers, outcome)
@@ -271,27 +303,36 @@ def _watch_until_none_is_left(watch: _Watch) -> tuple[_Answers, bool | BaseExcep
 
 def _end_watch(watch: _Watch) -> _Answers:
     """Under _lock: the watcher leaves; return what was still pending.
-    The watch lets go of its owner (the next wait starts a new one)."""
-    answers = _take(watch, None)
+    The watch lets go of its owner (the next wait starts a new one): that
+    first, so that nothing failing after it leaves a watch nobody
+    watches."""
+    _unregister(watch)
+    return _take(watch, None)
+
+
+def _unregister(watch: _Watch) -> None:
+    """Under _lock: the watch has no watcher and is no owner's any more
+    (the next wait_async on its owner starts a new one).  Cannot fail."""
     watch.thread = None
-    if _watches.get(id(watch.owner)) is watch:
+    if watch.owner is not None and _watches.get(id(watch.owner)) is watch:
         del _watches[id(watch.owner)]
     watch.owner = watch.waiter = None
-    return answers
 
 
 def _merge(into: _Answers, more: _Answers) -> None:
-    for loop, futures in more.items():
-        into.setdefault(loop, []).extend(futures)
+    for key, (loop, futures) in more.items():
+        into.setdefault(key, (loop, []))[1].extend(futures)
 
 
 def _deliver(answers: _Answers, outcome: bool | BaseException) -> None:
     """One call_soon_threadsafe per loop: its futures get outcome."""
-    for loop, futures in answers.items():
+    for loop, futures in answers.values():
         try:
             loop.call_soon_threadsafe(_settle, futures, outcome)
-        except RuntimeError:
-            pass  # the loop has closed: nobody is awaiting any more
+        except Exception:
+            # Closed (RuntimeError: nobody awaits any more), or a loop
+            # that cannot be called: the others are answered all the same.
+            pass
 
 
 def _settle(futures: list[asyncio.Future[bool]], outcome: bool | BaseException) -> None:

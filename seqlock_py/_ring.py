@@ -25,7 +25,9 @@ _NAP = 1.0
 
 
 async def wait_async(reader: Any, timeout: float | None) -> bool:
-    """reader.wait(timeout), awaited."""
+    """reader.wait(timeout), awaited.  timeout is None or seconds as a
+    float, converted by the C layer with wait()'s converter: -1 and a
+    Decimal mean here what they mean to wait()."""
     if reader.wait(0):
         return True
     if timeout == 0:

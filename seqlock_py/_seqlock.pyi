@@ -347,9 +347,9 @@ class RingReader(Generic[_S]):
     """One reader of a SeqRing: its place and missed count are its own; one thread at a time."""
 
     def poll(self) -> list[tuple[int, _S]]:
-        """The entries appended since the last poll, in order, as (sequence, snapshot) pairs; RuntimeError if the ring was rewound."""
+        """The entries appended since the last poll, in order, as (sequence, snapshot) pairs; RuntimeError once the ring was seen rewound, and at every call after."""
     def wait(self, timeout: float | None = None) -> bool:
-        """True once an entry this reader has not polled is there, False on timeout."""
+        """True once an entry this reader has not polled is there (or the ring was rewound), False on timeout."""
     def wait_async(self, timeout: float | None = None) -> Coroutine[Any, Any, bool]:
         """wait(timeout), awaited without blocking the event loop."""
     @property

@@ -21,7 +21,7 @@ import pytest
 
 from seqlock_py import SeqLock, SeqRecord, _news
 from process_helpers import PythonProcess
-from workers import SHORT, no_waiter_thread_left, run_threads, start_in_thread, waiter_threads
+from workers import SHORT, no_waiter_thread_left, run_threads, start_in_thread, until, waiter_threads
 
 # A wake-up arrives well within this; a waiter's nap (1 s) or the tests'
 # long timeouts (LONG) would not.
@@ -590,6 +590,56 @@ def test_wait_async_checks_its_arguments_when_called(subject):
         subject.obj.wait_async(0, -3)
     with pytest.raises(TypeError):
         subject.obj.wait_async("0")
+
+
+class SeqWhoseComparisonsRaise(int):
+    """A sequence number whose == and != raise: the caller's code, which
+    the watcher thread that answers every wait on the owner must never
+    run."""
+
+    def __eq__(self, other):
+        raise ZeroDivisionError("seq.__eq__ ran")
+
+    def __ne__(self, other):
+        raise ZeroDivisionError("seq.__ne__ ran")
+
+    __hash__ = int.__hash__
+
+
+def test_wait_async_takes_an_int_subclass_seq_by_its_value(subject):
+    """Issue 27, defect 5: seq is converted to a plain int when
+    wait_async() is called, so a write answers the wait True.  main: the
+    watcher ran the subclass's __ne__, died of it, and the wait got no
+    answer (timed out here)."""
+    seq, _ = subject.read_versioned()
+
+    async def main():
+        waiting = asyncio.ensure_future(
+            subject.obj.wait_async(SeqWhoseComparisonsRaise(seq), LONG))
+        await until(lambda: _news._pending_waits(subject.obj) == 1)
+        write_later(subject, 1, delay=0)
+        return await asyncio.wait_for(waiting, SHORT)
+
+    assert asyncio.run(main()) is True
+
+
+def test_a_wait_async_after_one_whose_seq_compares_by_raising_is_answered_by_a_write(subject):
+    """Issue 27, defect 5: a wait whose seq's comparisons raise leaves the
+    owner's watcher working: the next wait_async on the owner is answered
+    by a write.  main: the watcher died in its clean-up and left its watch
+    registered, so no later wait_async on the owner was answered (timed
+    out here)."""
+    seq, _ = subject.read_versioned()
+
+    async def main():
+        hostile = await subject.obj.wait_async(SeqWhoseComparisonsRaise(seq), 0.2)
+        waiting = asyncio.ensure_future(subject.obj.wait_async(seq, LONG))
+        await until(lambda: _news._pending_waits(subject.obj) == 1)
+        write_later(subject, 1, delay=0)
+        return hostile, await asyncio.wait_for(waiting, SHORT)
+
+    assert asyncio.run(main()) == (False, True)
+    assert no_waiter_thread_left(WOKEN)
 
 
 def test_changes_async_yields_the_writes_in_order_and_ends_at_its_timeout():

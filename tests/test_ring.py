@@ -167,6 +167,46 @@ def test_rewound_ring_raises_runtime_error_on_poll():
         reader.poll()
 
 
+def rewound_reader(capacity=4):
+    """(ring, reader): a reader at entry 3 of a ring then made anew over
+    its buffer (head back to 0), whose poll() has said so once."""
+    buf = mmap.mmap(-1, SeqRing.buffer_size(capacity, x="d"))
+    ring = SeqRing.create(buf, capacity, x="d")
+    reader = ring.reader()
+    for i in range(3):
+        ring.append(x=i)
+    reader.poll()
+    ring = SeqRing.create(buf, capacity, overwrite=True, x="d")
+    with pytest.raises(RuntimeError, match="rewound"):
+        reader.poll()
+    return ring, reader
+
+
+def test_a_rewound_reader_keeps_raising_once_the_new_head_passes_its_place():
+    """Issue 27, defect 7: a reader told the ring was rewound has a place
+    that means nothing in the new ring: its poll() raises until it is
+    replaced (docs/ring.md), also once the new ring's head passes that
+    place.  main: it returned the new ring's entries 3 and 4 as if they
+    followed, entries 0 to 2 neither returned nor counted missed."""
+    ring, reader = rewound_reader()
+    for i in range(5):
+        ring.append(x=10 + i)
+    with pytest.raises(RuntimeError, match="rewound"):
+        reader.poll()
+    assert reader.missed == 0
+
+
+def test_a_rewound_readers_wait_returns_at_once():
+    """Issue 27, defect 7: a rewound reader's poll() has something to say
+    (RuntimeError), so its wait() returns True at once, also when the new
+    head stands exactly at its old place.  main: wait(0) said False (and
+    an untimed wait slept) once the head reached the place."""
+    ring, reader = rewound_reader()
+    for i in range(3):
+        ring.append(x=10 + i)
+    assert reader.wait(0) is True
+
+
 # ---- shared memory: create, attach, read-only ----
 
 

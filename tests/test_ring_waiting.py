@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import uuid
+from decimal import Decimal
 
 import pytest
 
@@ -100,6 +101,32 @@ def test_wait_async_of_a_reader_past_an_earlier_append_still_waits_for_the_next(
 
     assert asyncio.run(main()) is True
     assert reader.poll() == [(1, (2,))]
+
+
+def test_wait_async_takes_a_timeout_of_minus_one_as_for_ever():
+    """Issue 27, defect 6: -1 is "for ever", as wait(-1) and a record's
+    wait_async(seq, -1) take it: the wait is answered by the append that
+    comes later.  main: the raw -1 made a deadline in the past, False at
+    once."""
+    ring = small_ring()
+    reader = ring.reader()
+
+    async def main():
+        waiting = asyncio.ensure_future(reader.wait_async(-1))
+        await until(lambda: _news._pending_waits(ring) == 1)
+        ring.append(n=1)
+        return await asyncio.wait_for(waiting, LONG)
+
+    assert asyncio.run(main()) is True
+
+
+def test_wait_async_takes_a_decimal_timeout_as_wait_does():
+    """Issue 27, defect 6: the timeout is converted as wait()'s is (any
+    number float() takes): a Decimal times out with False.  main: the raw
+    Decimal was added to a float, TypeError."""
+    reader = small_ring().reader()
+    assert reader.wait(Decimal("0.05")) is False
+    assert asyncio.run(reader.wait_async(Decimal("0.05"))) is False
 
 
 @pytest.mark.timeout(60)

@@ -42,6 +42,15 @@ timeout_to_ns(PyObject *timeout, int64_t *ns)
     return 0;
 }
 
+PyObject *
+timeout_ns_to_seconds(int64_t ns)
+{
+    if (ns < 0) {
+        return Py_NewRef(Py_None);
+    }
+    return PyFloat_FromDouble((double)ns / (double)SEQLOCK_NS_PER_SEC);
+}
+
 int
 acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns)
 {

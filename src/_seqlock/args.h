@@ -15,6 +15,13 @@
  * still waits).  Returns 0, or -1 with ValueError/OverflowError/TypeError. */
 int timeout_to_ns(PyObject *timeout, int64_t *ns);
 
+/* A timeout converted by timeout_to_ns(), as the package's Python layer
+ * takes it (seqlock_py._news, _ring): None (for ever) or seconds as a
+ * float.  So that Python never converts the caller's object a second
+ * time, differently, and -1 ("for ever") is never an event loop's timer
+ * of -1 s.  New reference, or NULL with an exception. */
+PyObject *timeout_ns_to_seconds(int64_t ns);
+
 /* threading.Lock.acquire(blocking, timeout) conventions, to *ns. */
 int acquire_args_to_ns(int blocking, PyObject *timeout, int64_t *ns);
 

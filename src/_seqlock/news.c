@@ -27,23 +27,25 @@ typedef struct {
 
 /* ---- arguments ---- */
 
-/* (seq, timeout=None) of wait() and wait_async(), checked. */
+/* (seq, timeout=None) of wait() and wait_async(), converted to C values
+ * once, here: nothing after this sees the caller's objects (the watcher
+ * thread that answers wait_async() must run none of their methods). */
 static int
-wait_args(const char *name, PyObject *args, PyObject *kwargs, PyObject **seq_obj,
-          uint64_t *seq, PyObject **timeout, int64_t *timeout_ns)
+wait_args(const char *name, PyObject *args, PyObject *kwargs, uint64_t *seq,
+          int64_t *timeout_ns)
 {
     static char *keywords[] = {"seq", "timeout", NULL};
     char format[32];
     PyOS_snprintf(format, sizeof format, "O|O:%s", name);
-    *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, seq_obj,
-                                     timeout)) {
+    PyObject *seq_obj, *timeout = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &seq_obj,
+                                     &timeout)) {
         return -1;
     }
-    if (sequence_from_object(name, *seq_obj, seq) < 0) {
+    if (sequence_from_object(name, seq_obj, seq) < 0) {
         return -1;
     }
-    return timeout_to_ns(*timeout, timeout_ns);
+    return timeout_to_ns(timeout, timeout_ns);
 }
 
 /* The keyword-only timeout=None of changes() and changes_async(). */
@@ -60,18 +62,6 @@ changes_args(const char *name, PyObject *args, PyObject *kwargs,
         return -1;
     }
     return timeout_to_ns(timeout, timeout_ns);
-}
-
-/* A checked timeout as _news takes it: seconds as a float, None for ever
- * (so that _news never converts the caller's object a second time, and
- * -1, "for ever" to wait(), is not a timer of -1 s to an event loop). */
-static PyObject *
-timeout_seconds(int64_t timeout_ns)
-{
-    if (timeout_ns < 0) {
-        return Py_NewRef(Py_None);
-    }
-    return PyFloat_FromDouble((double)timeout_ns / 1e9);
 }
 
 /* ---- read_versioned() ---- */
@@ -94,11 +84,9 @@ versioned(uint64_t seq, PyObject *value)
 PyObject *
 news_wait(bound_lock *b, PyObject *args, PyObject *kwargs)
 {
-    PyObject *seq_obj, *timeout;
     uint64_t seq, now;
     int64_t timeout_ns;
-    if (wait_args("wait", args, kwargs, &seq_obj, &seq, &timeout,
-                  &timeout_ns) < 0) {
+    if (wait_args("wait", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     int changed = wait_for_change(b, seq, timeout_ns, NULL, 0, &now);
@@ -110,11 +98,9 @@ news_wait(bound_lock *b, PyObject *args, PyObject *kwargs)
 PyObject *
 news_waiter(PyObject *owner, bound_lock *b, PyObject *args, PyObject *kwargs)
 {
-    PyObject *seq_obj, *timeout;
     uint64_t seq;
     int64_t timeout_ns;
-    if (wait_args("_waiter", args, kwargs, &seq_obj, &seq, &timeout,
-                  &timeout_ns) < 0) {
+    if (wait_args("_waiter", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     module_state *state = PyType_GetModuleState(Py_TYPE(owner));
@@ -158,11 +144,9 @@ PyDoc_STRVAR(Waiter_next_doc,
 static PyObject *
 Waiter_next(WaiterObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *seq_obj, *timeout;
     uint64_t seq, now;
     int64_t timeout_ns;
-    if (wait_args("next", args, kwargs, &seq_obj, &seq, &timeout,
-                  &timeout_ns) < 0) {
+    if (wait_args("next", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     int changed = wait_for_change(self->lock, seq, timeout_ns,
@@ -283,20 +267,26 @@ call_news(PyObject *owner, const char *name, PyObject *const *args,
 PyObject *
 news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
 {
-    PyObject *seq_obj, *timeout;
     uint64_t seq;
     int64_t timeout_ns;
-    if (wait_args("wait_async", args, kwargs, &seq_obj, &seq, &timeout,
-                  &timeout_ns) < 0) {
+    if (wait_args("wait_async", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
-    PyObject *seconds = timeout_seconds(timeout_ns);
+    /* A plain int, never the caller's object: the watcher thread keeps
+     * it, hashes it and compares it. */
+    PyObject *seq_int = PyLong_FromUnsignedLongLong(seq);
+    if (seq_int == NULL) {
+        return NULL;
+    }
+    PyObject *seconds = timeout_ns_to_seconds(timeout_ns);
     if (seconds == NULL) {
+        Py_DECREF(seq_int);
         return NULL;
     }
-    PyObject *call[] = {owner, seq_obj, seconds};
+    PyObject *call[] = {owner, seq_int, seconds};
     PyObject *coroutine = call_news(owner, "wait_async", call, 3);
     Py_DECREF(seconds);
+    Py_DECREF(seq_int);
     return coroutine;
 }
 
@@ -308,7 +298,7 @@ news_changes(const char *name, PyObject *owner, PyObject *args,
     if (changes_args(name, args, kwargs, &timeout_ns) < 0) {
         return NULL;
     }
-    PyObject *seconds = timeout_seconds(timeout_ns);
+    PyObject *seconds = timeout_ns_to_seconds(timeout_ns);
     if (seconds == NULL) {
         return NULL;
     }

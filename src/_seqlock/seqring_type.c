@@ -53,6 +53,13 @@ typedef struct {
     SeqRingObject *ring;
     ring_reader r;
     _Atomic int busy; /* a call is using r: one thread at a time */
+    /* 1 for good once a call saw the head below the reader's place (the
+     * ring was rewound, or its head overwritten): the place means nothing
+     * in the ring now, and a head that passes it again would hand out the
+     * new ring's entries as if they followed them.  Any call that sees it
+     * sets it, also on its copy of r (wait()): r.next only grows, so a
+     * head below a copy's place is below the reader's own. */
+    _Atomic int rewound;
 } RingReaderObject;
 
 #define APPENDING_TWICE "this thread already holds the ring's lock"
@@ -880,6 +887,19 @@ set_rewound(void)
     return -1;
 }
 
+/* The reader saw the ring rewound: for good (RingReaderObject.rewound). */
+static void
+reader_mark_rewound(RingReaderObject *self)
+{
+    atomic_store_explicit(&self->rewound, 1, memory_order_relaxed);
+}
+
+static int
+reader_is_rewound(RingReaderObject *self)
+{
+    return atomic_load_explicit(&self->rewound, memory_order_relaxed);
+}
+
 PyDoc_STRVAR(RingReader_poll_doc,
 "poll($self, /)\n--\n\n"
 "Return the entries appended since the last poll, in order, as a list of\n"
@@ -887,17 +907,19 @@ PyDoc_STRVAR(RingReader_poll_doc,
 "an empty list.  At most capacity entries per call: a reader behind by\n"
 "more skips to the oldest retained entry, counting the rest in missed,\n"
 "as it counts an entry overwritten while it copied it.  Never waits,\n"
-"writes nothing shared.  RuntimeError if the ring was rewound (created\n"
-"anew over the same buffer): make a new reader.");
+"writes nothing shared.  RuntimeError once the ring was seen rewound\n"
+"(created anew over the same buffer, or its head overwritten), and at\n"
+"every call after: the reader's place means nothing in that ring; make\n"
+"a new reader.");
 
 /* Entries after the reader's place, by the head seen now: at most
- * capacity of them are there (more: a lapped reader skips the rest).  A
- * head below the place (rewound) counts as one, for read_entries() to
- * report. */
+ * capacity of them are there (more: a lapped reader skips the rest); or a
+ * head below the place: rewound. */
 typedef struct {
     const ring_reader *r;
     const ring_view *v;
     uint64_t ahead;
+    int rewound;
 } counting;
 
 static int
@@ -906,7 +928,8 @@ count_ahead(void *arg)
     counting *c = arg;
     uint64_t head = ring_head(c->v);
     uint64_t next = c->r->next;
-    c->ahead = head < next ? 1 : head - next;
+    c->rewound = head < next;
+    c->ahead = c->rewound ? 0 : head - next;
     return 0;
 }
 
@@ -945,9 +968,18 @@ RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
     uint64_t stack_seqs[8];
     unsigned char *out = NULL;
     uint64_t *seqs = NULL;
-    counting c = {&self->r, &ring->ring, 0};
+    if (reader_is_rewound(self)) {
+        (void)set_rewound();
+        goto done;
+    }
+    counting c = {&self->r, &ring->ring, 0, 0};
     int unused;
     if (ring_call(ring, count_ahead, &c, &unused) < 0) {
+        goto done;
+    }
+    if (c.rewound) {
+        reader_mark_rewound(self);
+        (void)set_rewound();
         goto done;
     }
     list = PyList_New(0);
@@ -993,10 +1025,14 @@ RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
             }
             Py_DECREF(pair);
         }
-        if (g.rewound && PyList_GET_SIZE(list) == 0) {
-            Py_CLEAR(list);
-            set_rewound();
-            goto done;
+        if (g.rewound) {
+            /* What this call got came before: the next call raises. */
+            reader_mark_rewound(self);
+            if (PyList_GET_SIZE(list) == 0) {
+                Py_CLEAR(list);
+                (void)set_rewound();
+                goto done;
+            }
         }
         /* Stop at the head the batch saw: a writer faster than this
          * reader would keep one call going for ever. */
@@ -1021,21 +1057,25 @@ typedef struct {
     const ring_reader *r;
     const ring_view *v;
     uint64_t count;
-    int available;
+    int available, rewound;
 } looking;
 
+/* ring_wait()'s look: the count, then head (ring_available()'s one load),
+ * which also tells a rewind. */
 static int
 look(void *arg)
 {
     looking *l = arg;
     l->count = seqcount_latch_read64(seqlock_latch(l->v->lock));
-    l->available = ring_available(l->r, l->v);
+    uint64_t head = ring_head(l->v);
+    l->available = head != l->r->next;
+    l->rewound = head < l->r->next;
     return 0;
 }
 
-/* 1 once an entry (or a rewind) is there, 0 on timeout, -1 with an
- * exception: the loop of ring_wait(), through the locking path's waits
- * (detached, signals, close(), the guard; read-only rings poll). */
+/* 1 once an entry (or a rewind: poll() raises) is there, 0 on timeout, -1
+ * with an exception: the loop of ring_wait(), through the locking path's
+ * waits (detached, signals, close(), the guard; read-only rings poll). */
 static int
 reader_wait(RingReaderObject *self, int64_t timeout_ns)
 {
@@ -1046,12 +1086,18 @@ reader_wait(RingReaderObject *self, int64_t timeout_ns)
     }
     mine = self->r;
     reader_leave(self);
+    if (reader_is_rewound(self)) {
+        return 1;
+    }
     int64_t deadline = seqlock_deadline(timeout_ns);
     for (;;) {
-        looking l = {&mine, &ring->ring, 0, 0};
+        looking l = {&mine, &ring->ring, 0, 0, 0};
         int unused;
         if (ring_call(ring, look, &l, &unused) < 0) {
             return -1;
+        }
+        if (l.rewound) {
+            reader_mark_rewound(self); /* before the head passes mine */
         }
         if (l.available) {
             return 1;
@@ -1077,9 +1123,10 @@ reader_wait(RingReaderObject *self, int64_t timeout_ns)
 PyDoc_STRVAR(RingReader_wait_doc,
 "wait($self, /, timeout=None)\n--\n\n"
 "Return True once an entry this reader has not polled is there (at once\n"
-"if one is), False if timeout seconds pass first (None: wait until\n"
-"then).  The thread sleeps on the ring's sequence word (a futex: a\n"
-"writer in another process wakes it), the GIL released; a read-only\n"
+"if one is, or if the ring was rewound: poll() raises), False if timeout\n"
+"seconds pass first (None: wait until then).  The thread sleeps on the\n"
+"ring's sequence word (a futex: a writer in another process wakes it),\n"
+"the GIL released; a read-only\n"
 "ring's reader polls instead, writing nothing.  A signal's handler runs\n"
 "meanwhile (Ctrl-C ends the wait); close() of the ring ends it with\n"
 "ValueError.");
@@ -1118,13 +1165,21 @@ RingReader_wait_async(RingReaderObject *self, PyObject *args,
         || timeout_to_ns(timeout, &timeout_ns) < 0) {
         return NULL;
     }
+    /* The converted timeout, never the caller's object: the Python layer
+     * takes the same values as wait() (-1 for ever, a Decimal). */
+    PyObject *seconds = timeout_ns_to_seconds(timeout_ns);
+    if (seconds == NULL) {
+        return NULL;
+    }
     PyObject *helper = PyImport_ImportModule("seqlock_py._ring");
     if (helper == NULL) {
+        Py_DECREF(seconds);
         return NULL;
     }
     PyObject *coroutine = PyObject_CallMethod(helper, "wait_async", "OO",
-                                              (PyObject *)self, timeout);
+                                              (PyObject *)self, seconds);
     Py_DECREF(helper);
+    Py_DECREF(seconds);
     return coroutine;
 }
 
@@ -1303,6 +1358,7 @@ SeqRing_reader(SeqRingObject *self, PyObject *args, PyObject *kwargs)
     }
     reader->ring = (SeqRingObject *)Py_NewRef(self);
     atomic_init(&reader->busy, 0);
+    atomic_init(&reader->rewound, 0);
     memset(&reader->r, 0, sizeof reader->r);
     PyObject_GC_Track(reader);
     starting s = {&reader->r, &self->ring, 0, oldest};
@@ -1372,7 +1428,9 @@ PyDoc_STRVAR(SeqRing_read_last_doc,
 "with at least n rows, filled from row 0 (the array returned is out's\n"
 "first rows), not a view of a record or ring this process has open\n"
 "(ValueError); else a new one.  One call, never waits, writes nothing\n"
-"shared.  RuntimeError if the ring was rewound.");
+"shared.  It has no place of its own: it reads the ring as it is now,\n"
+"and raises RuntimeError only if the head goes back (the ring rewound)\n"
+"while it copies.");
 
 static PyObject *
 SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)

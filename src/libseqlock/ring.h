@@ -498,7 +498,12 @@ enum ring_read {
     RING_NOTHING = 0,  /* no entry after the reader's place, now */
     RING_ENTRY = 1,    /* dst holds entry *seq, whole */
     RING_REWOUND = -1, /* head is below the reader's place: the ring was
-                          made anew, or its head overwritten */
+                          made anew, or its head overwritten.  The place
+                          means nothing in that ring: once head passes it
+                          again, a call would hand out the new ring's
+                          entries as if they followed.  Keep the rewind
+                          (the binding's readers keep raising) and start
+                          a new reader. */
 };
 
 /**
