@@ -12,7 +12,9 @@ write.  Each answer is one snapshot: ``served == ok + failed``, always.
 
 runs the worker, the service and the clients (asyncio too) together, and
 prints how many answers came back, how many requests were parked at once
-and how many threads the process had then (sampled every 5 ms), and whether every answer was consistent (exit 1 if not).
+(counted as they park), how many threads the process had while any was
+(sampled every 5 ms), and whether every answer was consistent (exit 1 if
+not).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from seqlock_py import SeqRecord
 
 STATS = dict(served="q", ok="q", failed="q", p99_ms="d")
-PARKED = [0]                                             # requests in wait_async now
+PARKED = [0, 0]                          # requests in wait_async: now, at most
 
 
 def worker(name: str, stop: multiprocessing.synchronize.Event) -> None:
@@ -59,6 +61,7 @@ async def handle(rec: SeqRecord, reader: asyncio.StreamReader,
         writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
     else:
         PARKED[0] += 1
+        PARKED[1] = max(PARKED[1], PARKED[0])            # counted, not sampled
         try:
             await rec.wait_async(after, timeout=30)      # parked, no thread
         finally:
@@ -102,8 +105,7 @@ async def serve_and_poll(rec: SeqRecord, clients: int, seconds: float) -> dict:
 
     async def count_threads() -> None:                   # while requests are parked
         while True:
-            if PARKED[0] > tally["most_parked"]:
-                tally["most_parked"] = PARKED[0]
+            if PARKED[0] > 0:
                 tally["most_threads"] = max(tally["most_threads"], threading.active_count())
             await asyncio.sleep(0.005)
 
@@ -112,6 +114,7 @@ async def serve_and_poll(rec: SeqRecord, clients: int, seconds: float) -> dict:
     async with server:
         await asyncio.gather(*(client(port, deadline, tally) for _ in range(clients)))
     sampler.cancel()
+    tally["most_parked"] = PARKED[1]
     return tally
 
 
