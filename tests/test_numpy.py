@@ -406,7 +406,7 @@ def test_shrinking_what_a_sections_view_exports_cannot_corrupt_the_record():
     reachable as memoryview(w.state).obj.obj; shrunk or cleared, the
     section copied the field's declared size into and out of it (a heap
     overflow, a SIGSEGV, heap bytes committed to the record)."""
-    done = subprocess.run([sys.executable, "-c", RESIZE_THE_SECTIONS_COPY],
+    done = subprocess.run([sys.executable, "-P", "-c", RESIZE_THE_SECTIONS_COPY],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
 
