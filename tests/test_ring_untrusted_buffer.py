@@ -261,7 +261,7 @@ t = threading.Thread(target=append, daemon=True)
 t.start()
 t.join(20)
 reader = ring.reader(oldest=True)
-print("outcome", outcome or "still waiting", "read", [e.x for _, e in reader.poll()], flush=True)
+print("outcome", outcome[0] if outcome else "still waiting", "| read", [e.x for _, e in reader.poll()], flush=True)
 os._exit(0)
 '''
 
@@ -280,5 +280,5 @@ def test_append_to_a_ring_whose_beacon_word_is_forged_ends_instead_of_waiting_fo
     ended it)."""
     code, out = run_python(FORGED_BEACON, timeout=60)
     assert code == 0, out
-    assert "outcome ['RuntimeError: " in out and "corrupted" in out, out
-    assert "read [1]" in out, out
+    assert "outcome RuntimeError: " in out and "corrupted" in out, out
+    assert "| read [1]" in out, out
