@@ -189,6 +189,93 @@ def test_a_live_writer_survives_one_lock_word_rewritten_during_its_section(share
         f"{describe_exit(taker_code)}:\n{taker_out[-800:]}")
 
 
+# ---- a lock's words forged into a state no live writer ends ----------------
+
+
+# argv: "update" or "write" (untimed), then the forgery: "beacon" (the
+# beacon's word names a thread id nobody has; the holder word still says
+# nobody holds the lock) or "gap" (the holder word and the owner record
+# name this process's main thread, alive and asleep in join(), which never
+# takes the beacon).  A non-main thread writes (no signal could end its
+# wait); prints the outcome, and what a reader reads meanwhile.
+FORGED_LOCK = r"""
+import mmap, os, sys, threading
+from record_helpers import poke
+from seqlock_py import SeqRecord
+how, forgery = sys.argv[1], sys.argv[2]
+FIELDS = dict(x="q")
+mem = mmap.mmap(-1, SeqRecord.buffer_size(**FIELDS))
+rec = SeqRecord.create(mem, **FIELDS)
+rec.update(x=1)
+if forgery == "beacon":
+    tid = 12345
+    while os.path.exists(f"/proc/{tid}"):
+        tid += 1
+    poke(mem, "beacon_lock", tid)
+else:
+    me = threading.get_native_id()
+    with open(f"/proc/{me}/stat") as f:
+        started = int(f.read().rsplit(")", 1)[1].split()[19])
+    poke(mem, "owner_token", 0)
+    poke(mem, "owner_pid_ns", os.stat("/proc/self/ns/pid").st_ino)
+    poke(mem, "owner_started", started)
+    poke(mem, "owner_tid", me)
+    poke(mem, "owner_token", 0x5EED)
+    poke(mem, "holder", 0x5EED)
+outcome = []
+def write():
+    try:
+        if how == "update":
+            rec.update(x=2)
+        else:
+            with rec.write() as w:
+                w.x = 2
+        outcome.append("wrote")
+    except Exception as exc:
+        outcome.append(f"{type(exc).__name__}: {exc}")
+t = threading.Thread(target=write, daemon=True)
+t.start()
+t.join(20)
+print("ok", outcome[0] if outcome else "still waiting", "| read", rec.read().x, flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("how", ["update", "write"])
+def test_an_untimed_write_to_a_record_whose_beacon_word_is_forged_raises_instead_of_waiting_for_good(how):
+    """One 4-byte write of a co-tenant, the beacon's lock word (112) set
+    to a thread id nobody has, while the holder word says nobody holds the
+    lock: "word free, beacon held", which honest writers pass through in
+    a few instructions.  Should hold: update() and write() without a
+    timeout raise the lock's corruption RuntimeError once that state has
+    lasted its bound, instead of waiting for good; readers read on.
+
+    Seen (main 8941112, 3.11 and 3.13t, every run): the writing thread was
+    still waiting after 20 s (each try won the free word, found the beacon
+    taken, gave the word back)."""
+    code, out = run_plain(FORGED_LOCK, how, "beacon", timeout=60)
+    assert code == 0 and "ok RuntimeError: " in out and "corrupted" in out, out
+    assert "| read 1" in out, out
+
+
+@pytest.mark.parametrize("how", ["update", "write"])
+def test_an_untimed_write_to_a_record_whose_lock_names_a_live_thread_that_never_takes_it_raises(how):
+    """The holder word and the owner record forged to name a live thread
+    of the writer's own PID namespace (the main thread, asleep) with the
+    beacon free: a "gap" whose holder /proc says is alive, which no gap
+    takeover may take (a live writer's beacon word zeroed mid-section looks
+    the same).  Should hold: an honest holder's gap lasts while it runs a
+    few instructions, so a gap that outlasts the bound while its holder is
+    neither stopped nor waiting for the CPU is the lock's corruption
+    (RuntimeError), never a wait for good, never a takeover.
+
+    Seen (main 8941112, 3.11 and 3.13t, every run): still waiting after
+    20 s, yielding the CPU flat out."""
+    code, out = run_plain(FORGED_LOCK, how, "gap", timeout=60)
+    assert code == 0 and "ok RuntimeError: " in out and "corrupted" in out, out
+    assert "| read 1" in out, out
+
+
 # ---- one record attached twice in one process, through two mappings ---------
 
 

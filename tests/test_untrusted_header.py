@@ -414,6 +414,71 @@ def test_readers_do_not_look_at_the_ready_word(ready):
     )
 
 
+# argv: the value for `ready` and "update()" or "write()".  A thread holds a
+# write section; another writes untimed (update() or write() without a
+# timeout) and is asleep, waiting for it, when `ready` is rewritten; then
+# the holder leaves its section.  Prints the sleeper's outcome.
+READY_CHANGED_UNDER_A_SLEEPER = r'''
+import mmap, os, sys, threading, time
+from record_helpers import poke
+from seqlock_py import SeqRecord
+
+value, operation = int(sys.argv[1], 0), sys.argv[2]
+FIELDS = dict(x="d")
+mem = mmap.mmap(-1, SeqRecord.buffer_size(**FIELDS))
+rec = SeqRecord.create(mem, **FIELDS)
+inside, leave = threading.Event(), threading.Event()
+def hold():
+    with rec.write() as w:
+        w.x = 1.0
+        inside.set()
+        leave.wait()
+outcome = []
+def write():
+    try:
+        if operation == "update()":
+            rec.update(x=2.0)
+        else:
+            with rec.write() as w:
+                w.x = 2.0
+        outcome.append("returned")
+    except Exception as exc:
+        outcome.append(f"{type(exc).__name__}: {exc}")
+holder = threading.Thread(target=hold, daemon=True)
+holder.start()
+inside.wait()
+writer = threading.Thread(target=write, daemon=True)
+writer.start()
+time.sleep(0.3)  # past its spin and yields: asleep
+assert not outcome, outcome
+poke(mem, "ready", value)
+leave.set()
+holder.join()
+writer.join(5)
+print("ok" if outcome and "corrupt" in outcome[0] else "failed", outcome or "still waiting", flush=True)
+os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("operation", ["update()", "write()"])
+@pytest.mark.parametrize("ready", list(READY_VALUES))
+def test_an_untimed_writer_asleep_when_the_ready_word_changes_raises(ready, operation):
+    """An untimed writer (update(), write() without a timeout) is asleep,
+    waiting for another thread's section, when the lock's `ready` word is
+    set to 1 ("initialising") or to garbage; then the section ends.  Should
+    hold: the sleeper raises the "corrupt" RuntimeError a fresh call gets
+    (a record's lock was set up by create(), and a used lock is never
+    being set up), instead of waiting for good.
+
+    Seen (main 8941112, 3.11 and 3.13t): for "initialising", the sleeper
+    was still waiting 5 s later (only the first try looks at `ready`; the
+    core waits for a first taker that does not exist); garbage: holds."""
+    assert_clean_exit(
+        run_python(READY_CHANGED_UNDER_A_SLEEPER, READY_VALUES[ready], operation, timeout=HANG),
+        f"{operation} asleep when ready = {READY_VALUES[ready]}",
+    )
+
+
 # Prints "waiting" and enters an untimed write section on a record whose
 # `ready` word says "initialising"; the test sends SIGINT.
 UNTIMED_WRITE_ON_INITIALISING = r'''

@@ -115,11 +115,54 @@ restore_beacon_owner(seqlock_t *sl, const struct held_lock *h)
  * word back).  Without glibc's word to look at: always held. */
 enum beacon_state { BEACON_HELD, BEACON_FREE, BEACON_MARKED_DEAD };
 
-static inline enum beacon_state
-beacon_state(const seqlock_t *sl)
+#ifdef BEACON_WORD
+#define BEACON_VISIBLE 1 /* its word can be looked at */
+#else
+#define BEACON_VISIBLE 0
+#endif
+
+/* The beacon's word, read once; 0 without glibc's word to look at. */
+static inline uint32_t
+beacon_word(const seqlock_t *sl)
 {
 #ifdef BEACON_WORD
-    int word = __atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED);
+    return (uint32_t)__atomic_load_n(BEACON_WORD(sl), __ATOMIC_RELAXED);
+#else
+    (void)sl;
+    return 0;
+#endif
+}
+
+/* The thread id in a beacon word: its holder's, as its own PID namespace
+ * numbers it (glibc stores the id the holder's kernel gave it). */
+static inline uint32_t
+beacon_tid_of(uint32_t word)
+{
+#ifdef BEACON_WORD
+    return word & FUTEX_TID_MASK;
+#else
+    (void)word;
+    return 0;
+#endif
+}
+
+/* A beacon word as a watcher of a stuck lock compares it: the id and the
+ * death mark, not FUTEX_WAITERS (sleepers set it, the holder clears it). */
+static inline uint32_t
+beacon_key_of(uint32_t word)
+{
+#ifdef BEACON_WORD
+    return word & (FUTEX_TID_MASK | FUTEX_OWNER_DIED);
+#else
+    return word;
+#endif
+}
+
+/* What a beacon word read once says (beacon_word()). */
+static inline enum beacon_state
+beacon_state_of(uint32_t word)
+{
+#ifdef BEACON_WORD
     if (word == 0) {
         return BEACON_FREE;
     }
@@ -127,9 +170,23 @@ beacon_state(const seqlock_t *sl)
         return BEACON_MARKED_DEAD;
     }
 #else
-    (void)sl;
+    (void)word;
 #endif
     return BEACON_HELD;
+}
+
+static inline enum beacon_state
+beacon_state(const seqlock_t *sl)
+{
+    return beacon_state_of(beacon_word(sl));
+}
+
+/* 1 if the beacon's word says a thread holds it (seen: with glibc's word
+ * to look at; never without). */
+static inline int
+beacon_seen_held(const seqlock_t *sl)
+{
+    return BEACON_VISIBLE && beacon_state(sl) == BEACON_HELD;
 }
 
 /* Sleep while the holder holds its beacon, at most nap_ns (beacon.c). */

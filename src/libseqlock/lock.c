@@ -15,8 +15,6 @@
 #include <limits.h>
 #include <sched.h>
 
-#define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
-
 /*
  * The lock word and its beacon; the invariants this file keeps (why each
  * holds is told once, in docs/implementation.md, "Owner identity and
@@ -73,17 +71,31 @@ seqlock_destroy(seqlock_t *sl)
 
 /* A SEQLOCK_UNLOCKED lock gets its beacon from the first taker.  Returns
  * 0 (ready), EBUSY (another taker is setting it up: wait as for a held
- * lock, within the caller's timeout) or EINVAL (`ready` holds garbage:
- * not a seqlock, or overwritten). */
+ * lock, within the caller's timeout; "Stuck locks" below) or EINVAL
+ * (`ready` holds garbage: not a seqlock, or overwritten; or says
+ * "initialising" on a lock already used, which nobody sets up). */
 static int
-ensure_ready(seqlock_t *sl)
+ensure_ready(struct lock_thread *t, seqlock_t *sl, uint64_t me)
 {
     uint32_t state = atomic_load_explicit(&sl->ready, memory_order_acquire);
     if (SEQLOCK_LIKELY(state == SEQLOCK_READY)) {
         return 0;
     }
     if (state == INITIALISING) {
-        return EBUSY;
+        /* A first taker sets up only a lock nobody has used, and nobody
+         * takes the word meanwhile: a used lock "initialising" is
+         * corrupted, unless `ready` has moved on since we looked (a taker
+         * won the word after the set-up ended).  The release fence after
+         * the set-up and these acquire loads make a word seen taken
+         * carry the set-up's end with it. */
+        if (atomic_load_explicit(&sl->holder, memory_order_acquire) == 0
+            && atomic_load_explicit(&sl->gaps, memory_order_acquire) == 0) {
+            return EBUSY;
+        }
+        return atomic_load_explicit(&sl->ready, memory_order_acquire)
+                       == INITIALISING
+                   ? EINVAL
+                   : EBUSY;
     }
     if (state != 0) {
         return EINVAL;
@@ -99,9 +111,12 @@ ensure_ready(seqlock_t *sl)
         atomic_store_explicit(&sl->ready, 0, memory_order_relaxed);
         return EINVAL;
     }
+    /* Say who sets it up, for a waiter that finds it stuck. */
+    seqlock_publish_owner_(sl, t, me);
     int err = seqlock_beacon_init_(sl);
     atomic_store_explicit(&sl->ready, err ? 0 : SEQLOCK_READY,
                           memory_order_release);
+    atomic_thread_fence(memory_order_release); /* before our word's CAS */
     return err;
 }
 
@@ -174,7 +189,7 @@ static int
 try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
               struct held_lock *held)
 {
-    int err = ensure_ready(sl);
+    int err = ensure_ready(t, sl, me);
     if (err != 0) {
         return err;
     }
@@ -189,6 +204,15 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
          * the same lock through another mapping of its memory.  Waiting
          * would be for ourselves. */
         return EDEADLK;
+    }
+    if (h == 0 && beacon_seen_held(sl)) {
+        /* The word free, the beacon held: a taker that has the beacon
+         * stores its token next (or the lock is stuck: "Stuck locks"
+         * below).  Winning the word would only give it back.  On the
+         * uncontended path this costs the load of a word on the line the
+         * trylock writes, and a compare. */
+        gap_ended(t);
+        return EBUSY;
     }
     if (h != 0) {
         switch (beacon_state(sl)) {
@@ -252,9 +276,61 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
     return err == EBUSY ? EBUSY : err;
 }
 
+/*
+ * Stuck locks.  A few states of the lock's words are honest only for as
+ * long as one thread, which the words name (the mover), takes to run a
+ * few instructions that make no system call; one stray write of a
+ * co-tenant can put the lock in each of them for good, and an untimed
+ * taker would wait for ever:
+ *
+ * - `ready` "initialising": a first taker between winning `ready` and
+ *   setting the beacon up.  Only a lock nobody has used is set up, so on
+ *   a used one (`holder` or `gaps` nonzero) it is EINVAL at once; the
+ *   first taker records itself (owner) before it sets the beacon up.
+ * - The word free, the beacon held.  A holder takes the word before the
+ *   beacon and gives the beacon back before the word, so only this
+ *   reaches it: a taker held up in its first gap until it was taken over
+ *   (GAP_NS), whose taker-over finished and gave the word back, wins the
+ *   beacon after all and has yet to store its token.  Its mover is the
+ *   thread the beacon's word names.  (A try makes no move on it: winning
+ *   the word would only give it back, and move `gaps`.)
+ * - A gap (word held, beacon free) whose holder's record says it lives,
+ *   in our PID namespace: the gap rule never takes it over (a live
+ *   holder's beacon word zeroed mid-section looks the same).  Its mover
+ *   is that holder, between its word and its beacon.
+ * - The word held by h, recorded in our namespace, and the beacon held by
+ *   another thread id: h in its first gap over a taker that won the
+ *   beacon after all (as above), about to give the word back.  Its mover
+ *   is h (the beacon's holder, whose gap h took for a dead holder's, may
+ *   live where /proc cannot show it).
+ * - The word and the beacon held by h, recorded in our namespace, and
+ *   /proc says h is gone: never honest (the kernel marks a dying
+ *   holder's beacon before its thread is seen gone).
+ *
+ * A waiter that has slept watches for them (owner.c, per thread, across
+ * the slices of a caller's wait).  A state seen unchanged for STUCK_NS
+ * (its words, `gaps` among them, which every take and release moves, and
+ * its mover) is corruption, EINVAL, unless its mover is held up: stopped
+ * (SIGSTOP, a debugger), or runnable and not run since (preempted), as
+ * /proc says in our PID namespace.  A mover that sleeps, ran RAN_NS
+ * meanwhile, is gone, or is the waiter itself is not inside those
+ * instructions; the last two states need their mover gone (or the waiter
+ * itself), as a live holder may hold the lock for as long as it likes.
+ * The error takes nothing from anyone: the waiter leaves the words as it
+ * found them (but for the waiters' flag), and a thread merely held up
+ * goes on when it runs.  An honest lock is called corrupt only if its
+ * mover is held up where /proc cannot show it (in another PID namespace;
+ * frozen by a cgroup freezer, which /proc shows asleep) for STUCK_NS: a
+ * first taker setting a SEQLOCK_UNLOCKED lock up, or a taker held up
+ * twice, at two exact instructions.  A lock held by a holder we cannot
+ * look at (recorded in another namespace, or not at all) is waited for as
+ * long as it is held: a live writer in another namespace looks just so;
+ * as are words forged to name one live thread of ours as a holder.
+ */
+
 /* Take the word within timeout_ns: spin, yield, then sleep on the
- * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT, EINVAL or a pthread
- * error. */
+ * holder's beacon.  Returns 0, EOWNERDEAD, ETIMEDOUT, EINVAL (corrupted,
+ * or stuck: above) or a pthread error. */
 static int
 take_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
                int64_t timeout_ns, struct held_lock *held)
@@ -306,6 +382,10 @@ take_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
             if (slept && (err == 0 || err == EOWNERDEAD)) {
                 keep_waiters_flag(sl);
             }
+            break;
+        }
+        if (slept && seqlock_lock_stuck_(t, sl)) {
+            err = EINVAL; /* stuck: nobody will end it */
             break;
         }
         if (deadline >= 0 && round < SPIN_ROUNDS + YIELD_ROUNDS

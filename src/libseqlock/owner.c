@@ -4,13 +4,17 @@
  * thread id and start time), and what a waiter that finds the holder in a
  * gap (word held, beacon free and unmarked) makes of it: a holder of our
  * PID namespace is alive or dead as /proc says; any other is taken over
- * only after GAP_NS (lock.c says why).  A record anyone may have
- * rewritten: it can make a waiter wrong about whom to wait for, never make
- * it write outside the lock.
+ * only after GAP_NS (lock.c says why).  And stuck locks: which thread
+ * alone can end the state a lock's words are in, and whether /proc shows
+ * it held up inside the instructions that end it (lock.c, "Stuck
+ * locks").  A record anyone may have rewritten: it can make a waiter
+ * wrong about whom to wait for, or call the lock corrupt, never make it
+ * write outside the lock.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "beacon.h"
 #include "owner.h"
 
 #include <fcntl.h>
@@ -132,6 +136,34 @@ thread_status(uint32_t tid, char *state, uint64_t *started)
     (void)state;
     (void)started;
     return EIO;
+#endif
+}
+
+/* How long thread tid of our PID namespace has run, in ns
+ * (/proc/<tid>/schedstat's first field), or -1 if the kernel does not
+ * say. */
+static int64_t
+thread_run_ns(uint32_t tid)
+{
+#ifdef __linux__
+    char path[48], buf[128];
+    snprintf(path, sizeof path, "/proc/%u/schedstat", (unsigned)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    (void)close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    const char *end;
+    uint64_t ran = parse_decimal(buf, &end);
+    return end == buf || ran > INT64_MAX ? -1 : (int64_t)ran;
+#else
+    (void)tid;
+    return -1;
 #endif
 }
 
@@ -284,4 +316,215 @@ seqlock_gap_holder_gone_(struct lock_thread *t, const seqlock_t *sl, uint64_t h)
     default:
         return now - t->gap.since >= GAP_NS;
     }
+}
+
+/*
+ * Stuck locks (lock.c says the rule, and when it could call an honest
+ * lock corrupt).  A waiter that has slept reads the lock's words and the
+ * owner record once, and names the thread that alone could end the state
+ * they are in (its mover).  Once that state has stayed unchanged for
+ * STUCK_NS, it looks at the mover in /proc every STUCK_RECHECK_NS (only a
+ * thread of its own PID namespace can be looked at), and reads the words
+ * again after each look: a state that moved while it looked (a holder
+ * that died meanwhile is marked first) is no verdict.
+ */
+
+enum mover_state {
+    MOVER_GONE,    /* no such thread, a zombie, or another with its id */
+    MOVER_UNKNOWN, /* /proc cannot tell */
+    MOVER_HELD_UP, /* stopped, or runnable and not run since */
+    MOVER_MOVING,  /* running, or asleep */
+    MOVER_SELF,    /* the waiter itself: in none of those instructions */
+};
+
+/* Thread tid of our PID namespace (started: its start time, 0 if not
+ * known), as /proc says: held up if stopped by a signal or a debugger, or
+ * runnable (or in an uninterruptible wait, a page's, say) and not run
+ * RAN_NS since the watch's first look at it; moving if running or asleep
+ * otherwise (the instructions that end a stuck state make no system
+ * call, so a thread inside them is never asleep). */
+static enum mover_state
+mover_state(struct lock_thread *t, uint32_t tid, uint64_t started)
+{
+    if (tid == 0 || tid > PID_MAX_LIMIT) {
+        return MOVER_GONE;
+    }
+    if (pid_namespace() == NS_UNAVAILABLE) {
+        return MOVER_UNKNOWN;
+    }
+    if (know_myself(t) && tid == t->tid
+        && (started == 0 || started == t->started)) {
+        return MOVER_SELF;
+    }
+    char state;
+    uint64_t began;
+    switch (thread_status(tid, &state, &began)) {
+    case 0:
+        break;
+    case ENOENT:
+        return MOVER_GONE;
+    default:
+        return MOVER_UNKNOWN;
+    }
+    if ((started != 0 && began != started) || state == 'Z' || state == 'X'
+        || state == 'x') {
+        return MOVER_GONE;
+    }
+    switch (state) {
+    case 'T': /* stopped by a signal */
+    case 't': /* stopped by its tracer */
+        return MOVER_HELD_UP;
+    case 'R': /* runnable: preempted, or running */
+    case 'D': {
+        int64_t ran = thread_run_ns(tid);
+        if (ran < 0) {
+            return MOVER_HELD_UP; /* cannot tell: as if it had not run */
+        }
+        if (t->stuck.ran_ns < 0) {
+            t->stuck.ran_ns = ran;
+            return MOVER_HELD_UP;
+        }
+        return ran - t->stuck.ran_ns < RAN_NS ? MOVER_HELD_UP : MOVER_MOVING;
+    }
+    default:
+        return MOVER_MOVING;
+    }
+}
+
+/* The states lock.c's rule watches, by what their mover must be doing
+ * for them to be honest. */
+enum stuck_kind {
+    NOT_STUCK,  /* free, held by a holder we cannot look at, dead-marked */
+    ITS_TO_END, /* held up: it is inside the instructions that end it */
+    ITS_GAP,    /* held up, or gone (then the gap rule takes it over) */
+    ITS_HOLD,   /* alive: a live holder may hold the lock for as long */
+};
+
+/* Read sl's words and owner record once, into key (its words, mover,
+ * started and kind), and say which state they are in. */
+static enum stuck_kind
+stuck_kind_of(const seqlock_t *sl, struct stuck_watch *key)
+{
+    key->ready = atomic_load_explicit(&sl->ready, memory_order_acquire);
+    key->holder = atomic_load_explicit(&sl->holder, memory_order_relaxed);
+    key->gaps = atomic_load_explicit(&sl->gaps, memory_order_relaxed);
+    /* The beacon only once set up: `ready`'s acquire orders it after the
+     * first taker's pthread_mutex_init(), whose stores are plain. */
+    uint32_t word = key->ready == SEQLOCK_READY ? beacon_word(sl) : 0;
+    key->beacon = beacon_key_of(word);
+    struct seqlock_owner o;
+    uint64_t ns = pid_namespace();
+    int ours = ns != NS_UNAVAILABLE && seqlock_read_owner_(sl, &o)
+               && atomic_load(&o.pid_ns) == ns;
+    uint64_t token = ours ? atomic_load(&o.token) : 0;
+    uint32_t recorded = ours ? atomic_load(&o.tid) : 0;
+    uint64_t recorded_start = ours ? atomic_load(&o.started) : 0;
+    enum stuck_kind kind = NOT_STUCK;
+    key->mover = recorded;
+    key->started = recorded_start;
+    if (key->ready == INITIALISING) {
+        /* A first taker records itself before it sets the beacon up
+         * (lock.c); no record of ours: mover 0, nobody we can see. */
+        kind = ITS_TO_END;
+    }
+    else if (key->ready != SEQLOCK_READY || !BEACON_VISIBLE) {
+        kind = NOT_STUCK;
+    }
+    else {
+        switch (beacon_state_of(word)) {
+        case BEACON_MARKED_DEAD:
+            kind = NOT_STUCK;
+            break;
+        case BEACON_FREE: /* a gap, if the word is held */
+            kind = key->holder != 0 && token == key->holder ? ITS_GAP
+                                                            : NOT_STUCK;
+            break;
+        default:
+            if (key->holder == 0) {
+                /* Only the beacon's holder can end it, by storing its
+                 * token: as its own namespace numbers it. */
+                key->mover = beacon_tid_of(word);
+                key->started = 0;
+                kind = ITS_TO_END;
+            }
+            else if (token != key->holder) {
+                kind = NOT_STUCK;
+            }
+            else {
+                /* Its recorded holder holds the beacon, or is in its
+                 * first gap over a taker that won the beacon after all:
+                 * it gives the word back next. */
+                kind = beacon_tid_of(word) == recorded ? ITS_HOLD
+                                                       : ITS_TO_END;
+            }
+        }
+    }
+    if (kind == NOT_STUCK) {
+        key->mover = 0;
+        key->started = 0;
+    }
+    key->kind = (int)kind;
+    return kind;
+}
+
+/* 1 if two readings of one lock found the same state. */
+static int
+same_state(const struct stuck_watch *a, const struct stuck_watch *b)
+{
+    return a->holder == b->holder && a->gaps == b->gaps
+           && a->ready == b->ready && a->beacon == b->beacon
+           && a->mover == b->mover && a->started == b->started
+           && a->kind == b->kind;
+}
+
+/* Is a state of this kind dishonest, its mover being so? */
+static int
+stuck_verdict(enum stuck_kind kind, enum mover_state m)
+{
+    switch (kind) {
+    case ITS_TO_END:
+        return m != MOVER_HELD_UP;
+    case ITS_GAP:
+        return m == MOVER_MOVING || m == MOVER_SELF;
+    case ITS_HOLD:
+        return m == MOVER_GONE || m == MOVER_SELF;
+    default:
+        return 0;
+    }
+}
+
+int
+seqlock_lock_stuck_(struct lock_thread *t, const seqlock_t *sl)
+{
+    struct stuck_watch key;
+    enum stuck_kind kind = stuck_kind_of(sl, &key);
+    struct stuck_watch *w = &t->stuck;
+    int64_t now = monotonic_ns();
+    if (kind == NOT_STUCK) {
+        w->lock = NULL;
+        return 0;
+    }
+    if (w->lock != sl || !same_state(w, &key)
+        || now - w->seen > STUCK_STALE_NS) {
+        key.lock = sl;
+        key.since = key.seen = now;
+        key.looked = 0;
+        key.ran_ns = -1;
+        *w = key;
+        return 0;
+    }
+    w->seen = now;
+    if (now - w->since < STUCK_NS
+        || (w->looked != 0 && now - w->looked < STUCK_RECHECK_NS)) {
+        return 0;
+    }
+    w->looked = now;
+    if (!stuck_verdict(kind, mover_state(t, w->mover, w->started))) {
+        return 0;
+    }
+    if (stuck_kind_of(sl, &key) == NOT_STUCK || !same_state(w, &key)) {
+        w->lock = NULL; /* it moved while we looked */
+        return 0;
+    }
+    return 1;
 }

@@ -1,11 +1,14 @@
 /*
- * owner.h - who holds a lock word, and whether a holder found in a gap is
- * gone (owner.c).  Internal to the core: not API.
+ * owner.h - who holds a lock word, whether a holder found in a gap is
+ * gone, and whether a lock is stuck (owner.c).  Internal to the core: not
+ * API.
  */
 #ifndef SEQLOCK_OWNER_H
 #define SEQLOCK_OWNER_H
 
 #include "thread.h"
+
+#define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
 
 /* Just after winning the word: say that we hold it, and who we are. */
 SEQLOCK_INTERNAL void seqlock_publish_owner_(seqlock_t *sl,
@@ -22,6 +25,13 @@ SEQLOCK_INTERNAL void seqlock_write_owner_(seqlock_t *sl,
 SEQLOCK_INTERNAL int seqlock_gap_holder_gone_(struct lock_thread *t,
                                               const seqlock_t *sl,
                                               uint64_t h);
+/* 1 if sl, seen again after a sleep, has stayed for STUCK_NS in a state
+ * that only one thread its words name can end, and /proc does not show
+ * that thread held up: the lock is corrupted (lock.c, "Stuck locks").
+ * Kept in the thread's stuck watch across the slices of a wait; reads
+ * /proc only once the state has lasted STUCK_NS. */
+SEQLOCK_INTERNAL int seqlock_lock_stuck_(struct lock_thread *t,
+                                         const seqlock_t *sl);
 /* In a fork's child: the PID namespace is asked anew (unshare() may have
  * put the child in another). */
 SEQLOCK_INTERNAL void seqlock_forget_namespace_(void);

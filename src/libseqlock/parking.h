@@ -48,6 +48,14 @@ enum {
 #define GAP_LOOK_NS (50 * 1000LL)    /* longer than a passing gap */
 #define RECHECK_NS (1 * MS_NS)       /* a live holder looked at again */
 #define WATCH_STALE_NS (20 * MS_NS)  /* a waiter looks far more often */
+/* Stuck locks (lock.c, owner.c): a state only one thread can end, seen
+ * unchanged for STUCK_NS while that thread is not held up, is corruption.
+ * Its thread is looked at every STUCK_RECHECK_NS; one that ran RAN_NS in
+ * that state is not in the few instructions that end it. */
+#define STUCK_NS (1000 * MS_NS)      /* honest ones last instructions */
+#define STUCK_STALE_NS (1000 * MS_NS) /* a waiter looks every nap */
+#define STUCK_RECHECK_NS (100 * MS_NS)
+#define RAN_NS (1 * MS_NS)
 /* Fairness (lock.c): a sleeper that waited STARVE_NS asks for a turn,
  * which others grant for up to STARVE_GRACE_NS. */
 #define STARVE_NS (1 * MS_NS)

@@ -253,11 +253,16 @@ uint64_t seqlock_self(void);
  * section (seqlock_abandon()): the caller now holds it, and the sequence
  * is odd if a write section was left open (repair the data, then
  * seqlock_close_section()); EINVAL if the lock's words hold no valid
- * state (corrupted: a beacon of another kind, a garbage `ready`);
- * ENOTRECOVERABLE or another pthread error if the beacon is broken.
- * Never waits past timeout_ns, not even for a lock another thread is
- * setting up (SEQLOCK_UNLOCKED).  The lock word's acquire orders the
- * caller's accesses after the last holder's release.
+ * state (corrupted: a beacon of another kind, a garbage `ready`, or one
+ * that says a used lock is being set up) or are stuck: for a second in a
+ * state that only a thread they name can end, in a few instructions,
+ * while /proc does not show that thread held up (stopped, or preempted)
+ * ("Stuck locks" in lock.c); ENOTRECOVERABLE or another pthread error if
+ * the beacon is broken.  Never waits past timeout_ns, not even for a lock
+ * another thread is setting up (SEQLOCK_UNLOCKED), and with no timeout
+ * waits for a live (or held-up) holder only, never for good on forged
+ * words.  The lock word's acquire orders the caller's accesses after the
+ * last holder's release.
  */
 int seqlock_lock_excl_timed(seqlock_t *sl, int64_t timeout_ns);
 
@@ -583,9 +588,11 @@ write_tryseqlock(seqlock_t *sl)
 /**
  * write_seqlock - take the write lock, waiting for other writers
  * Afterwards the sequence is odd and the caller may store protected data.
- * Aborts if the caller already holds it (a recursive write would deadlock)
- * or the mutex is broken.  A lock whose holder died is taken over
- * silently: use seqlock_write_lock_timed() to be told (EOWNERDEAD).
+ * Aborts if the caller already holds it (a recursive write would deadlock),
+ * or the lock's words are corrupted or stuck (EINVAL), or its mutex is
+ * broken: seqlock_write_lock_timed() returns those.  A lock whose holder
+ * died is taken over silently: use seqlock_write_lock_timed() to be told
+ * (EOWNERDEAD).
  */
 static inline void
 write_seqlock(seqlock_t *sl)
@@ -595,7 +602,8 @@ write_seqlock(seqlock_t *sl)
         seqlock_die_(err == EDEADLK
                          ? "write_seqlock: the calling thread already holds "
                            "this seqlock"
-                         : "write_seqlock: the lock's beacon is broken");
+                         : "write_seqlock: the lock's words are corrupted "
+                           "or its beacon is broken");
     }
 }
 
@@ -619,7 +627,8 @@ write_sequnlock(seqlock_t *sl)
  * read_seqlock_excl - take the lock word as a reader, without touching the
  * sequence: writers are kept out, lock-free readers are not disturbed.
  * For a reader that must finish (read_seqbegin_or_lock's locking pass).
- * Aborts if the caller already holds the lock.  If the holder died inside
+ * Aborts if the caller already holds the lock, or it is corrupted, stuck
+ * or broken (as write_seqlock()).  If the holder died inside
  * a write section, that section is closed as it stands: use
  * seqlock_lock_excl_timed() to be told and repair the data first.
  */
@@ -638,7 +647,8 @@ read_seqlock_excl(seqlock_t *sl)
         seqlock_die_(err == EDEADLK
                          ? "read_seqlock_excl: the calling thread already "
                            "holds this seqlock"
-                         : "read_seqlock_excl: the lock's beacon is broken");
+                         : "read_seqlock_excl: the lock's words are "
+                           "corrupted or its beacon is broken");
     }
 }
 

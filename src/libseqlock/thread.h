@@ -41,6 +41,23 @@ struct gap_watch {
     int verdict;    /* what it said (enum holder_verdict) */
 };
 
+/* How long this thread has seen one lock stuck (owner.c): its words
+ * unchanged in a state that only one thread, which they name, can end.
+ * Kept per thread, across the slices in which a caller waits, as the gap
+ * watch is. */
+struct stuck_watch {
+    const seqlock_t *lock;
+    uint64_t holder, gaps;
+    uint32_t ready, beacon; /* the beacon word's id bits and death mark */
+    uint32_t mover;         /* the thread that can end the state, or 0 */
+    uint64_t started;       /* its start time, 0 if not known */
+    int kind;               /* which state (enum stuck_kind) */
+    int64_t since;  /* first seen */
+    int64_t seen;   /* last seen: a watch not kept up is stale */
+    int64_t looked; /* when the mover was last looked at, or 0 */
+    int64_t ran_ns; /* the mover's run time at the first look, or -1 */
+};
+
 enum { IDENTITY_UNKNOWN = 0, IDENTITY_KNOWN = 1, IDENTITY_UNAVAILABLE = 2 };
 
 enum { HELD_INLINE = 4 };
@@ -59,6 +76,7 @@ struct lock_thread {
     struct held_lock held_inline[HELD_INLINE];
     struct held_lock *held_spill; /* the rest, on the heap */
     struct gap_watch gap;
+    struct stuck_watch stuck;
     struct { /* fairness (lock.c): since when we kept off for another */
         const seqlock_t *lock;
         int64_t since;

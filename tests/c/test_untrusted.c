@@ -3,8 +3,9 @@
  * holder believes rests on its own memory, not on the lock's words; glibc
  * is never handed a beacon of another kind (seqlock_check(),
  * record_matches()); no rewrite makes a call spin or wait past its
- * timeout, and a read-only waiter writes nothing
- * (seqlock_wait_for_change_flags()).
+ * timeout, and no wait of any length rests on a forged word (a stuck
+ * lock is EINVAL, a live or held-up holder is waited for); a read-only
+ * waiter writes nothing (seqlock_wait_for_change_flags()).
  */
 #include "harness.h"
 #include "record.h"
@@ -139,6 +140,166 @@ test_a_ready_word_rewritten_never_makes_a_taker_spin(void)
     CHECK(garbage == EINVAL);
 }
 
+/* ---- stuck locks: no wait rests on a forged word (lock.c) ---- */
+
+/* A thread id nobody has (in this PID namespace). */
+static uint32_t
+unused_tid(void)
+{
+    for (uint32_t tid = 12345;; tid++) {
+        char path[32];
+        snprintf(path, sizeof path, "/proc/%u", (unsigned)tid);
+        if (access(path, F_OK) != 0) {
+            return tid;
+        }
+    }
+}
+
+static void
+set_beacon_word(seqlock_t *sl, uint32_t word)
+{
+    __atomic_store_n(&sl->beacon.__data.__lock, (int)word, __ATOMIC_RELAXED);
+}
+
+static void
+test_a_used_lock_whose_ready_word_says_initialising_is_einval(void)
+{
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    write_seqlock(&sl);
+    write_sequnlock(&sl);
+    atomic_store(&sl.ready, 1); /* a first taker's, on a used lock */
+    int64_t t0 = now_ns();
+    int tried = seqlock_lock_excl_timed(&sl, 0);
+    int waited = seqlock_lock_excl_timed(&sl, GIVE_UP_NS);
+    int64_t took = now_ns() - t0;
+    CHECK(tried == EINVAL && waited == EINVAL);
+    CHECK(took < PROMPTLY_NS); /* at once: nobody sets a used lock up */
+}
+
+static void
+test_a_free_word_under_a_beacon_forged_held_is_einval_not_waited_for(void)
+{
+    /* One 4-byte write: the beacon "held" by a thread nobody has, the
+     * word free.  A try leaves the word alone; a wait ends in EINVAL once
+     * that has lasted its bound, and leaves the words as it found them. */
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    write_seqlock(&sl);
+    write_sequnlock(&sl);
+    uint64_t gaps = atomic_load(&sl.gaps);
+    set_beacon_word(&sl, unused_tid());
+    int tried = seqlock_lock_excl_timed(&sl, 0);
+    int64_t t0 = now_ns();
+    int waited = seqlock_write_lock_timed(&sl, GIVE_UP_NS);
+    int64_t took = now_ns() - t0;
+    uint64_t holder = atomic_load(&sl.holder);
+    uint64_t gaps_after = atomic_load(&sl.gaps);
+    set_beacon_word(&sl, 0);
+    int later = seqlock_write_lock_timed(&sl, 0);
+    if (later == 0) {
+        write_sequnlock(&sl);
+    }
+    CHECK(tried == ETIMEDOUT);
+    CHECK(waited == EINVAL && took < GIVE_UP_NS);
+    CHECK(holder == 0 && gaps_after == gaps);
+    CHECK(later == 0);
+}
+
+static void
+test_a_gap_whose_live_holder_sleeps_is_einval_and_the_holder_goes_on(void)
+{
+    /* A live holder's beacon word zeroed mid-section: a gap whose holder
+     * /proc says is alive, and asleep (not in a gap's instructions).  The
+     * waiter is told the lock is corrupted, takes nothing from the holder,
+     * which closes its section and releases. */
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    struct holder h;
+    CHECK(holder_start(&h, &sl));
+    set_beacon_word(&sl, 0);
+    int waited = seqlock_write_lock_timed(&sl, GIVE_UP_NS);
+    uint64_t seq = seqlock_sequence(&sl);
+    holder_release(&h);
+    int later = seqlock_write_lock_timed(&sl, 0);
+    if (later == 0) {
+        write_sequnlock(&sl);
+    }
+    CHECK(waited == EINVAL);
+    CHECK(seq & 1u); /* the holder's section, still open */
+    CHECK(later == 0 && seqlock_sequence(&sl) == seq + 3);
+}
+
+static void
+test_a_live_holder_is_waited_for_however_long_it_holds(void)
+{
+    /* Held well past the stuck bound (1 s), by a thread asleep in its
+     * section: waited for, never called corrupt. */
+    seqlock_t sl;
+    CHECK(seqlock_init(&sl) == 0);
+    struct holder h;
+    memset(&h, 0, sizeof h);
+    h.sl = &sl;
+    h.hold_ns = 1500 * MS;
+    CHECK(holder_run(&h));
+    int waited = seqlock_write_lock_timed(&sl, GIVE_UP_NS);
+    int64_t unlocked_at = atomic_load(&h.unlocked_at_ns);
+    if (waited == 0) {
+        write_sequnlock(&sl);
+    }
+    pthread_join(h.thread, NULL);
+    CHECK(waited == 0);
+    CHECK(unlocked_at != 0);
+}
+
+static void
+test_a_beacon_whose_dead_holder_was_unmarked_is_einval(void)
+{
+    /* A holder died in its section (the kernel marked its beacon); a
+     * co-tenant writes the dead thread's id back over the mark: the lock
+     * "held" by a thread /proc says is gone. */
+    struct shared_record *rec = record_left_locked_by_dead_child(
+        WRITE_SECTION);
+    CHECK(rec != NULL);
+    uint32_t tid = atomic_load(&rec->lock.owner.tid);
+    set_beacon_word(&rec->lock, tid);
+    int waited = seqlock_write_lock_timed(&rec->lock, GIVE_UP_NS);
+    if (waited == 0 || waited == EOWNERDEAD) {
+        write_sequnlock(&rec->lock);
+    }
+    shared_record_free(rec);
+    CHECK(tid != 0);
+    CHECK(waited == EINVAL);
+}
+
+static void
+test_a_beacon_forged_to_name_a_stopped_thread_is_waited_for(void)
+{
+    /* The one thread that could end "word free, beacon held" is stopped
+     * (SIGSTOP): held up, as an honest taker may be, so it is waited for
+     * (here, to the timeout), not called corrupt. */
+    seqlock_t *sl = mmap(NULL, sizeof *sl, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sl != MAP_FAILED);
+    pid_t pid = start_child(idle_until_killed, NULL);
+    int status = 0;
+    int stopped = pid > 0 && kill(pid, SIGSTOP) == 0
+                  && waitpid(pid, &status, WUNTRACED) == pid
+                  && WIFSTOPPED(status);
+    int err = -1;
+    if (stopped && seqlock_init(sl) == 0) {
+        set_beacon_word(sl, (uint32_t)pid);
+        err = seqlock_lock_excl_timed(sl, 1500 * MS);
+        if (err == 0 || err == EOWNERDEAD) {
+            seqlock_unlock(sl);
+        }
+    }
+    kill_child(pid);
+    munmap(sl, sizeof *sl);
+    CHECK(stopped);
+    CHECK(err == ETIMEDOUT);
+}
+
 static void
 test_a_wait_through_death_is_not_told_eownerdead(void)
 {
@@ -225,6 +386,17 @@ static const struct test tests[] = {
     TEST(test_a_beacon_word_rewritten_during_a_section_is_still_released,
          ROBUST_LIST),
     TEST(test_a_ready_word_rewritten_never_makes_a_taker_spin, PLAIN),
+    TEST(test_a_used_lock_whose_ready_word_says_initialising_is_einval,
+         PLAIN),
+    TEST(test_a_free_word_under_a_beacon_forged_held_is_einval_not_waited_for,
+         PLAIN),
+    TEST(test_a_gap_whose_live_holder_sleeps_is_einval_and_the_holder_goes_on,
+         PLAIN),
+    TEST(test_a_live_holder_is_waited_for_however_long_it_holds, PLAIN),
+    TEST(test_a_beacon_whose_dead_holder_was_unmarked_is_einval,
+         FORKS_OR_SIGNALS),
+    TEST(test_a_beacon_forged_to_name_a_stopped_thread_is_waited_for,
+         FORKS_OR_SIGNALS),
     TEST(test_a_wait_through_death_is_not_told_eownerdead, PLAIN),
     TEST(test_a_read_only_waiter_writes_nothing_and_sees_the_news, PLAIN),
     TEST(test_record_matches_refuses_a_beacon_of_another_kind, PLAIN),
