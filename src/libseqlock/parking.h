@@ -27,6 +27,17 @@
 #define SEQLOCK_INTERNAL
 #endif
 
+#if defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+/* A thread-local every call reads: initial-exec, an offset from the
+ * thread pointer.  The default model of a dlopen()ed object's
+ * thread-locals costs a call to __tls_get_addr() per read; a pointer fits
+ * the static TLS surplus glibc keeps for dlopen()ed objects, a large
+ * struct might not (then dlopen() fails), so use it for pointers only. */
+#define SEQLOCK_TLS_FAST __attribute__((tls_model("initial-exec")))
+#else
+#define SEQLOCK_TLS_FAST
+#endif
+
 /* ---- tuning: every constant of the core's waits in one place ---- */
 
 enum {

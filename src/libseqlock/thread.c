@@ -15,10 +15,14 @@
 #endif
 
 static _Thread_local struct lock_thread lock_thread;
+_Thread_local struct lock_thread *seqlock_lock_thread_ SEQLOCK_TLS_FAST;
 
-__attribute__((noinline)) struct lock_thread *
+struct lock_thread *
 seqlock_this_thread_(void)
 {
+    /* A signal handler may run this between the two lines: it stores the
+     * same address. */
+    seqlock_lock_thread_ = &lock_thread;
     return &lock_thread;
 }
 

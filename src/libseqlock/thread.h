@@ -83,16 +83,21 @@ struct lock_thread {
     } held_off;
 };
 
-/* This thread's lock_thread.  Not inlined: in a shared library gcc
- * recomputes a thread-local's address (a call into the dynamic linker) at
- * each use rather than keep it in a register across calls; a value a call
- * returned it keeps. */
+/* This thread's lock_thread, found once per thread: the struct is too
+ * big for initial-exec storage (parking.h: SEQLOCK_TLS_FAST), so it keeps
+ * the default model and a pointer to it is cached in a fast thread-local,
+ * read by every call.  The cache is set by the first call on each thread
+ * (seqlock_this_thread_()); a fork's child inherits the forking thread's
+ * value, which is right, as the struct is copied at the same address. */
+SEQLOCK_INTERNAL extern _Thread_local struct lock_thread *seqlock_lock_thread_
+    SEQLOCK_TLS_FAST;
 SEQLOCK_INTERNAL struct lock_thread *seqlock_this_thread_(void);
 
 static inline struct lock_thread *
 this_thread(void)
 {
-    return seqlock_this_thread_();
+    struct lock_thread *t = seqlock_lock_thread_;
+    return SEQLOCK_LIKELY(t != NULL) ? t : seqlock_this_thread_();
 }
 
 SEQLOCK_INTERNAL uint64_t seqlock_new_token_(struct lock_thread *t);
