@@ -23,11 +23,14 @@ Whatever goes wrong inside the watcher, it first unregisters its watch:
 the next wait_async on the owner starts a new one.
 
 The watcher is not a daemon thread (an isolated subinterpreter refuses
-those).  It ends once nothing is pending, letting go of the owner before
-the last answers reach their loops (so the buffer can be released at
-once, as ``SharedMemory.close()`` needs); at interpreter shutdown every
-watcher is stopped and its waits answered False before threads are
-joined, so none holds the exit up; a fork's child starts its own.
+those).  Once nothing is pending it lets go of the owner before the last
+answers reach their loops (so the buffer can be released at once, as
+``SharedMemory.close()`` needs), then lingers for ``_LINGER`` seconds,
+holding nothing, for the next owner to watch: a consumer that awaits in
+a loop is served by one thread, where starting one per wake-up cost
+200-450 us of CPU a wake.  At interpreter shutdown every watcher is
+stopped and its waits answered False before threads are joined, so none
+holds the exit up; a fork's child starts its own.
 """
 
 from __future__ import annotations
@@ -107,10 +110,32 @@ class _Watch:
         self.ended = False  # the owner was closed: the watcher just leaves
 
 
+class _Watcher:
+    """A watcher thread's hand-over point: the watch it serves (None while
+    it lingers), and the lock it lingers on (released to give it a watch,
+    or to stop it).  Guarded by _lock."""
+
+    __slots__ = ("thread", "watch", "wake")
+
+    def __init__(self, watch: _Watch) -> None:
+        self.thread: threading.Thread | None = None
+        self.watch: _Watch | None = watch
+        self.wake = threading.Lock()
+
+
+#: How long a watcher with nothing to watch waits for another owner's
+#: first wait_async before its thread ends, in seconds.
+_LINGER = 10.0
+#: A watcher thread's name while it serves an owner, and while it lingers.
+_SERVING = "seqlock_py wait_async"
+_LINGERING = "seqlock_py wait_async (lingering)"
+
 _lock = threading.Lock()
 #: The watch of each owner with a watcher, by id(owner) (a watch keeps its
 #: owner alive, so the id stays the owner's).
 _watches: dict[int, _Watch] = {}
+#: Watchers lingering, the last to start lingering last.
+_idle: list[_Watcher] = []
 _stopping = False  # the interpreter shuts down: no new watcher
 _stop_at_exit_registered = False
 
@@ -205,9 +230,54 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
 
 
 def _start_watcher(watch: _Watch) -> None:
-    thread = threading.Thread(target=_watch, args=(watch,), name="seqlock_py wait_async", daemon=False)
-    thread.start()  # it takes _lock, which the caller holds, before it looks
+    """Under _lock: a lingering watcher serves watch, else a new thread.
+    Either takes _lock, which the caller holds, before it looks."""
+    if _idle:
+        watcher = _idle.pop()
+        watcher.watch = watch
+        watch.thread = watcher.thread
+        watch.thread.name = _SERVING
+        watcher.wake.release()
+        return
+    watcher = _Watcher(watch)
+    thread = threading.Thread(target=_serve, args=(watcher,), name=_SERVING, daemon=False)
+    watcher.thread = thread
+    watcher.wake.acquire()  # held while the watcher serves
+    thread.start()
     watch.thread = thread
+
+
+def _serve(watcher: _Watcher) -> None:
+    """A watcher thread: serve each watch it is given, lingering between
+    them, until none comes for _LINGER seconds or the interpreter shuts
+    down."""
+    watch = watcher.watch
+    try:
+        while watch is not None:
+            _watch(watch, watcher)
+            with _lock:
+                if watcher.watch is watch:
+                    return  # stopped, or its clean-up failed: no lingering
+            # Lingering (listed as idle since its watch ended, so that a
+            # wait_async made as its last answers land finds it), or given
+            # a watch already, or stopped (its watch None).
+            given = watcher.wake.acquire(timeout=_LINGER)
+            with _lock:
+                if not given:
+                    if watcher in _idle:
+                        _idle.remove(watcher)
+                        return
+                    watcher.wake.acquire()  # released as the nap ended
+                watch = watcher.watch
+    except BaseException:
+        with _lock:  # a watch given to a thread that fails goes on
+            if watcher in _idle:
+                _idle.remove(watcher)
+            elif watcher.watch is not None and watcher.watch is not watch:
+                given_watch, watcher.watch = watcher.watch, None
+                given_watch.thread = None
+                _start_watcher(given_watch)
+        raise
 
 
 def _withdraw(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
@@ -249,11 +319,13 @@ def _take(watch: _Watch, keep: int | None) -> _Answers:
     return taken
 
 
-def _watch(watch: _Watch) -> None:
-    """The watcher thread: sleep on the owner's count for every pending
-    wait, answer those each write concerns, leave when none is left."""
+def _watch(watch: _Watch, watcher: _Watcher) -> None:
+    """Serve watch: sleep on the owner's count for every pending wait,
+    answer those each write concerns, leave when none is left (then, as
+    the watch ends, the watcher lingers unless the interpreter shuts
+    down)."""
     try:
-        answers, outcome = _watch_until_none_is_left(watch)
+        answers, outcome = _watch_until_none_is_left(watch, watcher)
     except BaseException as exc:
         # Its own clean-up failed: leave no dead watch, answer what can
         # be answered, and let threading.excepthook report the failure.
@@ -267,7 +339,7 @@ def _watch(watch: _Watch) -> None:
     _deliver(answers, outcome)
 
 
-def _watch_until_none_is_left(watch: _Watch) -> tuple[_Answers, bool | BaseException]:
+def _watch_until_none_is_left(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bool | BaseException]:
     """The watcher's loop; returns what is still pending when it leaves,
     and the answer they get, having let go of the owner."""
     now: int | None = None  # the count the last sleep ended at
@@ -289,6 +361,10 @@ def _watch_until_none_is_left(watch: _Watch) -> tuple[_Answers, bool | BaseExcep
                     _merge(answers, _take(watch, seq))
                 if not watch.pending:
                     _end_watch(watch)
+                    watcher.watch = None
+                    if watcher.thread is not None:
+                        watcher.thread.name = _LINGERING
+                    _idle.append(watcher)  # before the answers land
                     return answers, True
                 waiter = watch.waiter
             _deliver(answers, True)
@@ -361,6 +437,8 @@ def _stop_watchers() -> None:
     with _lock:
         _stopping = True
         stopping = [(watch.thread, watch.waiter) for watch in _watches.values()]
+        while _idle:
+            _idle.pop().wake.release()  # its watch None: it ends
     for thread, waiter in stopping:
         while thread is not None and thread.is_alive():
             waiter.cancel()
@@ -373,6 +451,7 @@ def _forget_watchers_in_child() -> None:
     (a loop of the forking thread may still await it)."""
     global _lock
     _lock = threading.Lock()
+    _idle.clear()  # their threads are the parent's
     for key, watch in list(_watches.items()):
         watch.thread = None
         watch.kicked = False

@@ -80,3 +80,19 @@ def test_bench_wait_quick_writes_json_and_table(tmp_path):
     assert "| `os.read(pipe)` | thread |" in table
     assert "Many async waiters: 50 concurrent" in table
     assert "new/old" in table
+
+
+@pytest.mark.timeout(200)
+def test_bench_wakeups_quick_counts_wakes_cpu_and_threads(tmp_path):
+    """benchmarks/bench_wakeups.py --quick, against this very build as its
+    baseline: every case wakes, and a looping awaited wait starts at most
+    one watcher thread (it lingers between wake-ups)."""
+    _, result, stdout = run_benchmark_quick("bench_wakeups.py", tmp_path, "--baseline", THIS_BUILD,
+                                            "--baseline-label", "this build again", timeout=180)
+    assert "| await rec.wait_async(seq) |" in stdout
+    for case, by_build in result["cases"].items():
+        for label, rounds in by_build.items():
+            for r in rounds:
+                assert r["wakes"] > 0 and r["cpu_us_per_wake"] > 0, (case, label, r)
+                if case.startswith(("await", "async for")):
+                    assert r["threads_started"] <= 1, (case, label, r)

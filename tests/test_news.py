@@ -21,7 +21,7 @@ import pytest
 
 from seqlock_py import SeqLock, SeqRecord, _news
 from process_helpers import PythonProcess
-from workers import SHORT, no_waiter_thread_left, run_threads, start_in_thread, until, waiter_threads
+from workers import SHORT, no_waiter_thread_left, run_threads, start_in_thread, until, waiter_threads, watcher_starts
 
 # A wake-up arrives well within this; a waiter's nap (1 s) or the tests'
 # long timeouts (LONG) would not.
@@ -518,6 +518,95 @@ def test_wait_async_keeps_the_loop_running_until_a_write_wakes_it(subject):
     assert ticks >= 5
     assert subject.read_versioned() == (seq + 2, 9)
     assert no_waiter_thread_left(WOKEN)
+
+
+def answer_each_wait(subject, asked, count):
+    """A thread that writes once each time the awaiting loop has asked
+    (appended its seq to asked) and its wait is pending, count times: each
+    write finds the loop asleep in its wait."""
+
+    def writer():
+        for i in range(count):
+            deadline = time.monotonic() + LONG
+            while not (len(asked) > i and _news._pending_waits(subject.obj) > 0) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.0002)
+            subject.write(i)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    return thread
+
+
+def test_a_loop_of_wait_async_is_served_by_one_watcher_thread(subject, monkeypatch):
+    """Each wake-up used to end the watcher and the next wait to start
+    one: a thread per wake-up (200-450 us of CPU each).  Now the watcher
+    lingers between watches."""
+    asked = []
+    writer = answer_each_wait(subject, asked, 300)
+    started = watcher_starts(monkeypatch)
+
+    async def main():
+        seq, woken = subject.read_versioned()[0], 0
+        for _ in range(300):
+            asked.append(seq)
+            woken += await subject.obj.wait_async(seq, LONG)
+            seq = subject.read_versioned()[0]
+        return woken
+
+    assert asyncio.run(main()) == 300
+    writer.join(LONG)
+    assert len(started) <= 1  # none if a watcher lingered from an earlier test
+
+
+def test_a_lingering_watcher_holds_nothing_of_its_last_owner(subject):
+    import weakref
+    seq, _ = subject.read_versioned()
+    threading.Timer(0.05, subject.write, args=(1,)).start()
+    assert asyncio.run(subject.obj.wait_async(seq, LONG)) is True
+    assert no_waiter_thread_left(WOKEN)
+    owner = weakref.ref(subject.obj)
+    subject.obj = None
+    gc_collect_until(lambda: owner() is None)
+    assert owner() is None
+
+
+def gc_collect_until(condition):
+    import gc
+    deadline = time.monotonic() + WOKEN
+    while not condition() and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.005)
+
+
+def test_a_watcher_ends_once_it_has_lingered_long_enough(subject, monkeypatch):
+    monkeypatch.setattr(_news, "_LINGER", 0.05)
+    seq, _ = subject.read_versioned()
+    threading.Timer(0.05, subject.write, args=(1,)).start()
+    assert asyncio.run(subject.obj.wait_async(seq, LONG)) is True
+    deadline = time.monotonic() + LONG
+    while _news._idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not [t for t in threading.enumerate() if t.name == _news._LINGERING]
+
+
+LINGERING_AT_EXIT = """
+import asyncio, threading
+from seqlock_py import SeqRecord, _news
+_news._LINGER = 3600.0
+rec = SeqRecord(x="q")
+threading.Timer(0.05, rec.update, kwargs={"x": 1}).start()
+print(asyncio.run(rec.wait_async(rec.sequence, 30)), len(_news._idle), flush=True)
+"""
+
+
+def test_a_lingering_watcher_does_not_hold_the_interpreter_exit_up():
+    """The watcher lingers for an hour here: exit stops it at once."""
+    with PythonProcess(LINGERING_AT_EXIT) as child:
+        line = child.expect("True", timeout=30)
+        code, out = child.finish(timeout=30)
+    assert line == "True 1", out
+    assert code == 0, out
 
 
 def test_wait_async_returns_false_at_its_timeout(subject):

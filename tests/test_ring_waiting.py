@@ -20,7 +20,7 @@ import pytest
 
 from process_helpers import PythonProcess
 from seqlock_py import SeqRing, _news
-from workers import LONG, no_waiter_thread_left, os_threads, until, waiter_threads
+from workers import LONG, no_waiter_thread_left, os_threads, until, waiter_threads, watcher_starts
 
 MANY = 2000
 
@@ -371,3 +371,34 @@ def test_wait_async_storm_on_three_loops_with_cancels_and_timeouts_delivers_ever
         assert stats[True] > 0 and stats["cancelled"] + stats["timed out"] + stats[False] > 0
         assert _news._pending_waits(ring) == 0
     assert no_waiter_thread_left()
+
+
+def test_a_loop_of_reader_wait_async_is_served_by_one_watcher_thread(monkeypatch):
+    """As a record's: the watcher lingers between wake-ups instead of a
+    thread starting per wake-up."""
+    ring = small_ring()
+    reader = ring.reader()
+    asked = []
+
+    def writer():
+        for i in range(300):
+            deadline = time.monotonic() + LONG
+            while not (len(asked) > i and _news._pending_waits(ring) > 0) and time.monotonic() < deadline:
+                time.sleep(0.0002)
+            ring.append(n=i)
+
+    appender = threading.Thread(target=writer)
+    appender.start()
+    started = watcher_starts(monkeypatch)
+
+    async def main():
+        seen = []
+        for i in range(300):
+            asked.append(i)
+            assert await reader.wait_async(LONG)
+            seen += [entry.n for _, entry in reader.poll()]
+        return seen
+
+    assert asyncio.run(main()) == list(range(300))
+    appender.join(LONG)
+    assert len(started) <= 1

@@ -171,8 +171,25 @@ def pin(role):
 
 
 def waiter_threads():
-    """The process's watcher threads of awaited waits."""
+    """The process's watcher threads of awaited waits that serve an owner
+    now (not those that linger between owners, holding nothing)."""
     return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
+
+
+def watcher_starts(monkeypatch):
+    """A list of the watcher threads started from now on (for counting)."""
+    from seqlock_py import _news
+
+    started = []
+    real_start = threading.Thread.start
+
+    def start(thread, *args, **kwargs):
+        if thread.name.startswith(_news._SERVING):
+            started.append(thread)
+        return real_start(thread, *args, **kwargs)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    return started
 
 
 def no_waiter_thread_left(within=5.0):
