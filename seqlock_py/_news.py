@@ -236,7 +236,8 @@ def _start_watcher(watch: _Watch) -> None:
         watcher = _idle.pop()
         watcher.watch = watch
         watch.thread = watcher.thread
-        watch.thread.name = _SERVING
+        if watcher.thread is not None:
+            watcher.thread.name = _SERVING
         watcher.wake.release()
         return
     watcher = _Watcher(watch)

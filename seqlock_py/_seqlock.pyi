@@ -346,8 +346,8 @@ class SeqRing(Generic[_S]):
 class RingReader(Generic[_S]):
     """One reader of a SeqRing: its place and missed count are its own; one thread at a time."""
 
-    def poll(self) -> list[tuple[int, _S]]:
-        """The entries appended since the last poll, in order, as (sequence, snapshot) pairs; RuntimeError once the ring was seen rewound, and at every call after."""
+    def poll(self, max_entries: int | None = None) -> list[tuple[int, _S]]:
+        """The entries appended since the last poll, in order, as (sequence, snapshot) pairs, at most max_entries of them if given; RuntimeError once the ring was seen rewound, and at every call after."""
     def wait(self, timeout: float | None = None) -> bool:
         """True once an entry this reader has not polled is there (or the ring was rewound), False on timeout."""
     def wait_async(self, timeout: float | None = None) -> Coroutine[Any, Any, bool]:

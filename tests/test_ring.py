@@ -759,3 +759,29 @@ for reader in readers:
 print("ok", len(readers))
 """
     assert_clean_exit(run_python(code, timeout=60), "a cleared ring's reader kept alive")
+
+
+def test_poll_with_max_entries_returns_at_most_that_many_and_keeps_the_rest():
+    ring = SeqRing(16, n="q")
+    reader = ring.reader()
+    for i in range(10):
+        ring.append(n=i)
+    assert [e.n for _, e in reader.poll(max_entries=3)] == [0, 1, 2]
+    assert [e.n for _, e in reader.poll(4)] == [3, 4, 5, 6]
+    assert [e.n for _, e in reader.poll()] == [7, 8, 9]
+    assert reader.poll(max_entries=1) == []
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError)])
+def test_poll_refuses_a_max_entries_that_is_not_a_positive_int(bad, error):
+    reader = SeqRing(4, n="q").reader()
+    with pytest.raises(error, match="max_entries"):
+        reader.poll(max_entries=bad)
+
+
+def test_poll_takes_no_other_argument():
+    reader = SeqRing(4, n="q").reader()
+    with pytest.raises(TypeError):
+        reader.poll(limit=2)
+    with pytest.raises(TypeError):
+        reader.poll(1, 2)

@@ -639,13 +639,19 @@ SeqRing_attach(PyTypeObject *type, PyObject *args, PyObject *kwargs)
  * GIL build holds the GIL throughout), inside the SIGBUS guard if a file
  * backs the memory.  0, or -1 with ValueError (closed) or OSError (the
  * file was truncated). */
-static int
+static inline int
 ring_call(SeqRingObject *self, int (*fn)(void *arg), void *arg, int *result)
 {
     if (record_pin_ft(&self->rec) < 0) {
         return -1;
     }
-    int err = call_guarded(&self->rec, fn, arg, result);
+    int err = 0;
+    if (SEQLOCK_LIKELY(self->rec.guarded == NULL)) {
+        *result = fn(arg); /* inline: no guard's sigsetjmp() in the way */
+    }
+    else {
+        err = call_guarded(&self->rec, fn, arg, result);
+    }
     record_unpin_ft(&self->rec);
     return err;
 }
@@ -819,7 +825,7 @@ entry_snapshot(SeqRingObject *ring, const unsigned char *buf)
     }
     for (Py_ssize_t i = 0; i < layout->nfields; i++) {
         const field_spec *f = &layout->fields[i];
-        PyObject *value = field_decode(f, buf + f->offset);
+        PyObject *value = field_decode_inline(f, buf + f->offset);
         if (value == NULL) {
             Py_DECREF(tuple);
             return NULL;
@@ -827,35 +833,6 @@ entry_snapshot(SeqRingObject *ring, const unsigned char *buf)
         PyTuple_SET_ITEM(tuple, i, value);
     }
     return tuple;
-}
-
-typedef struct {
-    ring_reader *r;
-    const ring_view *v;
-    unsigned char *out; /* up to max entries of entry_bytes */
-    uint64_t *seqs;
-    size_t max, got;
-    int rewound;
-} reading;
-
-static int
-read_entries(void *arg)
-{
-    reading *g = arg;
-    while (g->got < g->max) {
-        uint64_t seq;
-        int found = ring_read_next(g->r, g->v,
-                                   g->out + g->got * g->v->entry_bytes, &seq);
-        if (found == RING_REWOUND) {
-            g->rewound = 1;
-            break;
-        }
-        if (found == RING_NOTHING) {
-            break;
-        }
-        g->seqs[g->got++] = seq;
-    }
-    return 0;
 }
 
 static int
@@ -901,35 +878,112 @@ reader_is_rewound(RingReaderObject *self)
 }
 
 PyDoc_STRVAR(RingReader_poll_doc,
-"poll($self, /)\n--\n\n"
+"poll($self, /, max_entries=None)\n--\n\n"
 "Return the entries appended since the last poll, in order, as a list of\n"
 "(sequence, snapshot) pairs (snapshots named as SeqRecord.read()'s), or\n"
-"an empty list.  At most capacity entries per call: a reader behind by\n"
-"more skips to the oldest retained entry, counting the rest in missed,\n"
-"as it counts an entry overwritten while it copied it.  Never waits,\n"
-"writes nothing shared.  RuntimeError once the ring was seen rewound\n"
-"(created anew over the same buffer, or its head overwritten), and at\n"
-"every call after: the reader's place means nothing in that ring; make\n"
-"a new reader.");
+"an empty list.  At most capacity entries per call, and at most\n"
+"max_entries (an int >= 1) if given: the rest wait for the next call.  A\n"
+"reader behind by more than capacity skips to the oldest retained entry,\n"
+"counting the rest in missed, as it counts an entry overwritten while it\n"
+"copied it.  Never waits, writes nothing shared.  RuntimeError once the\n"
+"ring was seen rewound (created anew over the same buffer, or its head\n"
+"overwritten), and at every call after: the reader's place means nothing\n"
+"in that ring; make a new reader.");
 
-/* Entries after the reader's place, by the head seen now: at most
- * capacity of them are there (more: a lapped reader skips the rest); or a
- * head below the place: rewound. */
+/* Entries after the reader's place, at most g->max of them, copied out:
+ * the batches of one poll().  The first batch counts what is there first
+ * (by the head seen now: at most capacity entries are; more, and a lapped
+ * reader skips the rest), so that a poll of one entry is one guarded
+ * pass; a head below the place is a rewind. */
 typedef struct {
-    const ring_reader *r;
+    ring_reader *r;
     const ring_view *v;
-    uint64_t ahead;
-    int rewound;
-} counting;
+    unsigned char *out; /* up to max entries of entry_bytes */
+    uint64_t *seqs;
+    size_t max, got;
+    uint64_t ahead;     /* counted by the first batch */
+    int counting, rewound;
+} polling;
 
 static int
-count_ahead(void *arg)
+poll_entries(void *arg)
 {
-    counting *c = arg;
-    uint64_t head = ring_head(c->v);
-    uint64_t next = c->r->next;
-    c->rewound = head < next;
-    c->ahead = c->rewound ? 0 : head - next;
+    polling *g = arg;
+    if (g->counting) {
+        uint64_t head = ring_head(g->v);
+        uint64_t next = g->r->next;
+        if (head < next) {
+            g->rewound = 1;
+            return 0;
+        }
+        g->ahead = head - next;
+        if (g->ahead < g->max) {
+            g->max = (size_t)g->ahead;
+        }
+    }
+    while (g->got < g->max) {
+        uint64_t seq;
+        int found = ring_read_next(g->r, g->v,
+                                   g->out + g->got * g->v->entry_bytes, &seq);
+        if (found == RING_REWOUND) {
+            g->rewound = 1;
+            break;
+        }
+        if (found == RING_NOTHING) {
+            break;
+        }
+        g->seqs[g->got++] = seq;
+    }
+    return 0;
+}
+
+/* max_entries: None (0 here: no bound but capacity), or an int >= 1. */
+static int
+poll_bound(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+           uint64_t *bound)
+{
+    PyObject *given = NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1) {
+        PyErr_SetString(PyExc_TypeError,
+                        "poll() takes at most one argument, max_entries");
+        return -1;
+    }
+    if (nargs == 1) {
+        given = args[0];
+    }
+    else if (nkw == 1) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+                                             "max_entries") != 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "poll() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, 0));
+            return -1;
+        }
+        given = args[0];
+    }
+    *bound = 0;
+    if (given == NULL || given == Py_None) {
+        return 0;
+    }
+    if (!PyLong_Check(given)) {
+        PyErr_Format(PyExc_TypeError,
+                     "max_entries must be an int or None, not %.100s",
+                     Py_TYPE(given)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(given, &overflow);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow < 0 || (overflow == 0 && n < 1)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "max_entries must be at least 1 (or None: up to "
+                        "the ring's capacity)");
+        return -1;
+    }
+    *bound = overflow > 0 ? UINT64_MAX : (uint64_t)n;
     return 0;
 }
 
@@ -956,74 +1010,104 @@ entry_pair(SeqRingObject *ring, uint64_t seq, const unsigned char *buf)
     return pair;
 }
 
+/* The pairs of g's batch into list: set from index `at` if the list was
+ * made that long for them (the first batch), else appended.  0, or -1
+ * with an exception (a list item left NULL is safe to free). */
+static int
+batch_pairs(SeqRingObject *ring, PyObject *list, const polling *g,
+            int preset)
+{
+    size_t eb = ring->ring.entry_bytes;
+    for (size_t i = 0; i < g->got; i++) {
+        PyObject *pair = entry_pair(ring, g->seqs[i], g->out + i * eb);
+        if (pair == NULL) {
+            return -1;
+        }
+        if (preset) {
+            PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
+            continue;
+        }
+        int err = PyList_Append(list, pair);
+        Py_DECREF(pair);
+        if (err < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+enum { POLL_STACK_ENTRIES = 8 };
+
 static PyObject *
-RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
+RingReader_poll(RingReaderObject *self, PyObject *const *args,
+                Py_ssize_t nargsf, PyObject *kwnames)
 {
     SeqRingObject *ring = self->ring;
+    uint64_t bound = 0;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if ((nargs != 0 || kwnames != NULL)
+        && poll_bound(args, nargs, kwnames, &bound) < 0) {
+        return NULL;
+    }
     if (reader_enter(self) < 0) {
         return NULL;
     }
     PyObject *list = NULL;
     unsigned char stack_out[STACK_SNAPSHOT_BYTES];
-    uint64_t stack_seqs[8];
+    uint64_t stack_seqs[POLL_STACK_ENTRIES];
     unsigned char *out = NULL;
     uint64_t *seqs = NULL;
     if (reader_is_rewound(self)) {
         (void)set_rewound();
         goto done;
     }
-    counting c = {&self->r, &ring->ring, 0, 0};
-    int unused;
-    if (ring_call(ring, count_ahead, &c, &unused) < 0) {
-        goto done;
-    }
-    if (c.rewound) {
-        reader_mark_rewound(self);
-        (void)set_rewound();
-        goto done;
-    }
-    list = PyList_New(0);
-    if (list == NULL || c.ahead == 0) {
-        goto done; /* nothing new: no buffer */
-    }
-    /* Batches of what is there now, at most capacity entries and at most
-     * 1 MiB of them, each copied out whole before its objects are built. */
+    /* At most capacity entries, max_entries if given, and batches of at
+     * most 1 MiB, each copied out whole before its objects are built; the
+     * first batch fits the stack, sized before the count is known. */
     size_t eb = ring->ring.entry_bytes;
-    size_t max = ((size_t)1 << 20) / eb;
-    if (max == 0) {
-        max = 1;
+    uint64_t limit = ring->ring.capacity;
+    if (bound != 0 && bound < limit) {
+        limit = bound;
     }
-    if (ring->ring.capacity < max) {
-        max = (size_t)ring->ring.capacity;
+    size_t batch = ((size_t)1 << 20) / eb;
+    if (batch == 0) {
+        batch = 1;
     }
-    if (c.ahead < max) {
-        max = (size_t)c.ahead;
+    if (limit < batch) {
+        batch = (size_t)limit;
     }
-    out = scratch(stack_out, max * eb);
-    seqs = max <= Py_ARRAY_LENGTH(stack_seqs)
-               ? stack_seqs
-               : PyMem_Malloc(max * sizeof *seqs);
-    if (out == NULL || seqs == NULL) {
-        if (seqs == NULL) {
-            PyErr_NoMemory();
-        }
-        Py_CLEAR(list);
-        goto done;
+    size_t first = STACK_SNAPSHOT_BYTES / eb;
+    if (first > POLL_STACK_ENTRIES) {
+        first = POLL_STACK_ENTRIES;
     }
-    for (;;) {
-        reading g = {&self->r, &ring->ring, out, seqs, max, 0, 0};
-        if (ring_call(ring, read_entries, &g, &unused) < 0) {
-            Py_CLEAR(list);
+    if (first > batch) {
+        first = batch;
+    }
+    if (first == 0) { /* an entry bigger than the stack buffer */
+        first = 1;
+        out = scratch(stack_out, eb);
+        if (out == NULL) {
             goto done;
         }
-        for (size_t i = 0; i < g.got; i++) {
-            PyObject *pair = entry_pair(ring, seqs[i], out + i * eb);
-            if (pair == NULL || PyList_Append(list, pair) < 0) {
-                Py_XDECREF(pair);
-                Py_CLEAR(list);
-                goto done;
-            }
-            Py_DECREF(pair);
+    }
+    else {
+        out = stack_out;
+    }
+    seqs = stack_seqs;
+    polling g = {&self->r, &ring->ring, out, seqs, first, 0, 0, 1, 0};
+    int unused;
+    if (ring_call(ring, poll_entries, &g, &unused) < 0) {
+        goto done;
+    }
+    uint64_t ahead = g.ahead;
+    list = PyList_New((Py_ssize_t)g.got); /* the first batch's length */
+    if (list == NULL) {
+        goto done;
+    }
+    for (int preset = 1;; preset = 0) {
+        if (batch_pairs(ring, list, &g, preset) < 0) {
+            Py_CLEAR(list);
+            goto done;
         }
         if (g.rewound) {
             /* What this call got came before: the next call raises. */
@@ -1031,23 +1115,47 @@ RingReader_poll(RingReaderObject *self, PyObject *Py_UNUSED(ignored))
             if (PyList_GET_SIZE(list) == 0) {
                 Py_CLEAR(list);
                 (void)set_rewound();
+            }
+            goto done;
+        }
+        /* Stop at the head the count saw: a writer faster than this
+         * reader would keep one call going for ever. */
+        uint64_t have = (uint64_t)PyList_GET_SIZE(list);
+        if (g.got < g.max || have >= limit || have >= ahead) {
+            break;
+        }
+        size_t want = batch;
+        if (limit - have < want) {
+            want = (size_t)(limit - have);
+        }
+        if (ahead - have < want) {
+            want = (size_t)(ahead - have);
+        }
+        if (seqs == stack_seqs) { /* later batches: on the heap */
+            if (out != stack_out) {
+                scratch_free(out, stack_out);
+            }
+            out = PyMem_Malloc(batch * eb);
+            seqs = PyMem_Malloc(batch * sizeof *seqs);
+            if (out == NULL || seqs == NULL) {
+                PyErr_NoMemory();
+                Py_CLEAR(list);
                 goto done;
             }
         }
-        /* Stop at the head the batch saw: a writer faster than this
-         * reader would keep one call going for ever. */
-        if (g.got < max || g.rewound
-            || (uint64_t)PyList_GET_SIZE(list) >= ring->ring.capacity
-            || (uint64_t)PyList_GET_SIZE(list) >= c.ahead) {
-            break;
+        g = (polling){&self->r, &ring->ring, out, seqs, want, 0, 0, 0, 0};
+        if (ring_call(ring, poll_entries, &g, &unused) < 0) {
+            Py_CLEAR(list);
+            goto done;
         }
     }
 done:
-    if (out != NULL) {
-        scratch_free(out, stack_out);
-    }
-    if (seqs != NULL && seqs != stack_seqs) {
+    if (seqs != stack_seqs) {
         PyMem_Free(seqs);
+        PyMem_Free(out);
+    }
+    else if (out != NULL) {
+        scratch_free(out, stack_out);
     }
     reader_leave(self);
     return list;
@@ -1265,7 +1373,8 @@ RingReader_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef RingReader_methods[] = {
-    {"poll", (PyCFunction)RingReader_poll, METH_NOARGS, RingReader_poll_doc},
+    {"poll", (PyCFunction)(void (*)(void))RingReader_poll,
+     METH_FASTCALL | METH_KEYWORDS, RingReader_poll_doc},
     {"wait", (PyCFunction)(void (*)(void))RingReader_wait,
      METH_VARARGS | METH_KEYWORDS, RingReader_wait_doc},
     {"wait_async", (PyCFunction)(void (*)(void))RingReader_wait_async,
