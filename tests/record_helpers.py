@@ -424,3 +424,25 @@ class RecordBetweenCanaries:
             return ""
         return (f"{len(changed)} bytes outside the record's {self.size} were "
                 f"written (offsets {changed[0]}..{changed[-1]} from its start)")
+
+
+# ---- keywords ----
+
+
+def keywords_naming_one_field_twice(name, first, second):
+    """Keyword arguments with two distinct keys that a record's field table
+    takes for one field: a str subclass equal to `name` once armed, unequal
+    while the dict of keywords is built (a call written in the source never
+    passes such a pair; a hostile caller can)."""
+
+    class Twin(str):
+        armed = False
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            return Twin.armed and str.__eq__(self, other)
+
+    keywords = {Twin(name): first, name: second}
+    assert len(keywords) == 2
+    Twin.armed = True
+    return keywords

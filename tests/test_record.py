@@ -16,7 +16,7 @@ from multiprocessing import shared_memory
 import pytest
 
 import record_helpers
-from record_helpers import run_threads
+from record_helpers import keywords_naming_one_field_twice, run_threads
 from common_lock_tests import WriteLockTests
 from seqlock_py import SeqRecord
 from workers import Call
@@ -924,3 +924,44 @@ def test_update_of_many_fields_beyond_the_stack_room():
     rec = SeqRecord(**fields)
     rec.update(**{name: i for i, name in enumerate(fields)})
     assert rec.read() == tuple(range(40))
+
+
+def test_update_from_many_call_sites_writes_what_each_one_names():
+    # A layout remembers the fields of its first keyword tuples; the rest
+    # are matched afresh.  Every one writes what it names, every time.
+    rec = SeqRecord(a="q", b="q", c="q", d="q")
+    names = ["a", "b", "c", "d"]
+    for round in range(3):
+        for k in range(1, 5):
+            for start in range(4):
+                chosen = [names[(start + i) % 4] for i in range(k)]
+                before = rec.read()
+                rec.update(**{n: 100 * round + 10 * k + start for n in chosen})
+                after = rec.read()
+                for i, n in enumerate(names):
+                    want = 100 * round + 10 * k + start if n in chosen else before[i]
+                    assert after[i] == want, (chosen, after)
+
+
+def test_update_from_one_call_site_writes_each_call_s_values():
+    rec = SeqRecord(x="d", y="d")
+    for i in range(10):
+        rec.update(x=float(i), y=-float(i))
+        assert rec.read() == (float(i), -float(i))
+
+
+def test_update_refuses_two_keywords_naming_one_field(rec):
+    keywords = keywords_naming_one_field_twice("x", 1.0, 2.0)
+    before = rec.sequence
+    for _ in range(2):  # the refusal is not remembered as a choice
+        with pytest.raises(TypeError, match=r"update\(\) got multiple values for field 'x'"):
+            rec.update(**keywords)
+    assert rec.sequence == before
+
+
+def test_update_of_an_unknown_field_fails_on_every_call(rec):
+    for _ in range(3):
+        with pytest.raises(TypeError, match="no field 'nope'"):
+            rec.update(x=1.0, nope=1.0)
+    rec.update(x=3.0)
+    assert rec["x"] == 3.0

@@ -23,6 +23,7 @@ import pytest
 
 from seqlock_py import RingReader, SeqRing
 from process_helpers import PythonProcess, assert_clean_exit, run_python
+from record_helpers import keywords_naming_one_field_twice
 from workers import LONG, SHORT
 
 
@@ -63,6 +64,24 @@ def test_append_of_an_unknown_field_raises_type_error():
     with pytest.raises(TypeError, match="no field 'y'"):
         ring.append(y=1)
     assert ring.head == 0
+
+
+def test_append_refuses_two_keywords_naming_one_field():
+    # As update() does: which of the two would it keep?
+    ring = small_ring()
+    with pytest.raises(TypeError, match=r"append\(\) got multiple values for field 'x'"):
+        ring.append(**keywords_naming_one_field_twice("x", 1.0, 2.0))
+    assert ring.head == 0
+
+
+def test_append_from_many_call_sites_writes_what_each_one_names():
+    ring = SeqRing(64, a="q", b="q", c="q")
+    reader = ring.reader()
+    want = []
+    for k, chosen in enumerate(["a", "b", "c", "ab", "bc", "ca", "abc", "cab", "ba"] * 2):
+        ring.append(**{n: k for n in chosen})
+        want.append(tuple(k if n in chosen else 0 for n in "abc"))
+    assert [tuple(entry) for _, entry in reader.poll()] == want
 
 
 def test_append_takes_keywords_only():

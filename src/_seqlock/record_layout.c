@@ -12,6 +12,8 @@
  * numpy array of rec.dtype can read.
  */
 #include "record_layout.h"
+
+#include "field_choice.h"
 #include "record.h"
 
 #include <stdint.h>
@@ -201,6 +203,7 @@ layout_free(record_layout *layout)
     Py_XDECREF(layout->index);
     Py_XDECREF(layout->format);
     Py_XDECREF(layout->descriptor);
+    layout_forget_choices(layout);
     PyMem_Free(layout);
 }
 

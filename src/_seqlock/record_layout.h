@@ -7,7 +7,11 @@
 
 #include "compat.h"
 
+#include <stdatomic.h>
 #include <string.h>
+
+/* Keyword tuples a layout remembers the field choice of. */
+#define FIELD_CHOICES 4
 
 /* Dimensions a field's shape may have ("(2,3,4)f" has 3). */
 #define FIELD_MAX_DIMS 8
@@ -31,6 +35,9 @@ typedef struct {
     PyObject *index;       /* dict: name -> position */
     PyObject *format;      /* str: native struct format of all fields */
     PyObject *descriptor;  /* bytes: "name:code;..." stored in the header */
+    /* update()'s field choices for its first keyword tuples
+     * (field_choice.h); freed with the layout. */
+    _Atomic(struct field_choice *) choices[FIELD_CHOICES];
     field_spec fields[];
 } record_layout;
 
@@ -53,6 +60,18 @@ const field_spec *layout_match(const record_layout *layout, PyObject *name,
  * after it, not before. */
 int field_encode(const field_spec *f, PyObject *value, unsigned char *out);
 int item_encode(const field_spec *f, PyObject *value, unsigned char *out);
+/* field_encode() with its commonest case, an exact float for a scalar
+ * float64, inlined: it runs no user code. */
+static inline int
+field_encode_inline(const field_spec *f, PyObject *value, unsigned char *out)
+{
+    if (f->kind == 'd' && !f->is_array && PyFloat_CheckExact(value)) {
+        double d = PyFloat_AS_DOUBLE(value);
+        memcpy(out, &d, sizeof d);
+        return 0;
+    }
+    return field_encode(f, value, out);
+}
 /* The Python value of field f from its bytes: a number for a scalar, a
  * tuple for "16d", nested tuples of the shape for "(3,3)d" (what numpy's
  * tolist() gives, as tuples). */

@@ -6,6 +6,7 @@
 #include "seqrecord.h"
 
 #include "args.h"
+#include "field_choice.h"
 #include "section_copy.h"
 
 static int check_in_section(RecordWriterObject *w);
@@ -77,52 +78,6 @@ end_staging(RecordWriterObject *w, int commit)
 
 /* A field update() was given: where its converted bytes are in the
  * scratch buffer. */
-typedef struct {
-    const field_spec *f;
-    size_t at;
-} chosen_field;
-
-/* Keywords matched without allocating, on the way most calls take. */
-#define STACK_CHOSEN 16
-
-/* Match update()'s keywords to fields (chosen[i] for kwnames[i]), each
- * given room in a scratch buffer of *total bytes.  A lookup may run user
- * code (a str subclass's __eq__): the call's kwnames tuple keeps every
- * name alive meanwhile.  0 or -1. */
-static int
-choose_fields(const record_layout *layout, PyObject *kwnames, Py_ssize_t n,
-              chosen_field *chosen, size_t *total)
-{
-    Py_ssize_t next = 0;
-    size_t at = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        const field_spec *f = layout_match(layout, name, &next);
-        if (f == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "the record has no field %R",
-                             name);
-            }
-            return -1;
-        }
-        for (Py_ssize_t k = 0; k < i; k++) {
-            if (chosen[k].f == f) { /* two names equal to one field */
-                PyErr_Format(PyExc_TypeError,
-                             "update() got multiple values for field %R",
-                             name);
-                return -1;
-            }
-        }
-        chosen[i].f = f;
-        chosen[i].at = at;
-        at += record_round_up(f->item_size * (size_t)f->count, 8);
-    }
-    *total = at;
-    return 0;
-}
-
-/* Store the chosen fields' bytes: into writer's section (its staging
- * copies) if one is given, else into the record's copy 0. */
 static void
 store_values(SeqRecordObject *self, RecordWriterObject *writer,
              const unsigned char *buf, const chosen_field *chosen,
@@ -180,31 +135,25 @@ update_fields(SeqRecordObject *self, RecordWriterObject *writer,
         return -1;
     }
     RETURN_IF_CLOSED(self, -1);
-    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    chosen_field stack_chosen[STACK_CHOSEN];
-    chosen_field *chosen = stack_chosen;
-    unsigned char stack[STACK_SNAPSHOT_BYTES];
-    unsigned char *buf = NULL;
-    int result = -1;
-    if (n > STACK_CHOSEN) {
-        chosen = PyMem_Malloc((size_t)n * sizeof *chosen);
-        if (chosen == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
+    field_choice *made;
+    const field_choice *choice = layout_choose(self->layout, kwnames,
+                                               "update()", "record", &made);
+    if (choice == NULL) {
+        return -1;
     }
-    size_t total;
-    if (choose_fields(self->layout, kwnames, n, chosen, &total) < 0
-        || (buf = scratch(stack, total)) == NULL) {
+    Py_ssize_t n = choice->n;
+    const chosen_field *chosen = choice->chosen;
+    unsigned char stack[STACK_SNAPSHOT_BYTES];
+    unsigned char *buf = scratch(stack, choice->total);
+    int result = -1;
+    if (buf == NULL) {
         goto done;
     }
     /* One conversion pass into private scratch: conversions run user
      * code (__float__, __index__, a buffer's exporter, a list another
      * thread changes), none of it with the record locked. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        const field_spec *f = chosen[i].f;
-        if ((f->is_array ? field_encode(f, args[i], buf + chosen[i].at)
-                         : item_encode(f, args[i], buf + chosen[i].at))
+        if (field_encode_inline(chosen[i].f, args[i], buf + chosen[i].at)
             < 0) {
             goto done;
         }
@@ -236,9 +185,7 @@ done:
     if (buf != NULL) {
         scratch_free(buf, stack);
     }
-    if (chosen != stack_chosen) {
-        PyMem_Free(chosen);
-    }
+    field_choice_free(made);
     return result;
 }
 

@@ -24,6 +24,7 @@
 #include "seqrecord.h"
 
 #include "args.h"
+#include "field_choice.h"
 #include "memory_kind.h"
 #include "news.h"
 #include "open_memory.h"
@@ -751,31 +752,24 @@ SeqRing_append(SeqRingObject *self, PyObject *const *args, Py_ssize_t nargsf,
                         "buffer): it cannot be appended to");
         return NULL;
     }
-    const record_layout *layout = self->layout;
+    field_choice *made;
+    const field_choice *choice = layout_choose(self->layout, kwnames,
+                                               "append()", "ring", &made);
+    if (choice == NULL) {
+        return NULL;
+    }
     size_t bytes = self->ring.words * SEQLOCK_WORD_SIZE;
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     unsigned char *buf = scratch(stack, bytes);
+    PyObject *result = NULL;
     if (buf == NULL) {
-        return NULL;
+        goto done;
     }
     memset(buf, 0, bytes);
-    PyObject *result = NULL;
-    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    Py_ssize_t next = 0;
     /* Conversions run user code: none of it with the ring locked. */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        const field_spec *f = layout_match(layout, name, &next);
-        if (f == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "the ring has no field %R",
-                             name);
-            }
-            goto done;
-        }
-        if ((f->is_array ? field_encode(f, args[i], buf + f->offset)
-                         : item_encode(f, args[i], buf + f->offset))
-            < 0) {
+    for (Py_ssize_t i = 0; i < choice->n; i++) {
+        const field_spec *f = choice->chosen[i].f;
+        if (field_encode_inline(f, args[i], buf + f->offset) < 0) {
             goto done;
         }
     }
@@ -808,6 +802,7 @@ SeqRing_append(SeqRingObject *self, PyObject *const *args, Py_ssize_t nargsf,
     record_unpin(&self->rec);
 done:
     scratch_free(buf, stack);
+    field_choice_free(made);
     return result;
 }
 
