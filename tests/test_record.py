@@ -943,6 +943,23 @@ def test_update_from_many_call_sites_writes_what_each_one_names():
                     assert after[i] == want, (chosen, after)
 
 
+def test_threads_updating_through_their_own_keyword_tuples_write_what_they_name():
+    # Threads race to publish their tuples' choices (3.13t: truly at once);
+    # each thread owns one field, so each read of it is the thread's last.
+    rec = SeqRecord(**{f"f{i}": "q" for i in range(8)})
+    writes = 2000
+
+    def worker(i):
+        name = f"f{i}"
+        for k in range(writes):
+            rec.update(**{name: k})  # a new tuple each call
+            assert rec[name] == k
+        return writes
+
+    assert sum(run_threads([lambda i=i: worker(i) for i in range(8)])) == 8 * writes
+    assert rec.read() == (writes - 1,) * 8
+
+
 def test_update_from_one_call_site_writes_each_call_s_values():
     rec = SeqRecord(x="d", y="d")
     for i in range(10):
