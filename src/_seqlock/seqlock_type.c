@@ -310,8 +310,12 @@ PyDoc_STRVAR(SeqLock_read_begin_doc,
 "if this thread holds the write lock.");
 
 static PyObject *
-SeqLock_read_begin(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
+SeqLock_read_begin(SeqLockObject *self, PyObject *const *Py_UNUSED(args),
+                   Py_ssize_t nargs)
 {
+    if (takes_no_arguments("read_begin", nargs) < 0) {
+        return NULL;
+    }
     uint64_t seq;
     if (begin_read(&self->lock, &seq) < 0) {
         return NULL;
@@ -408,7 +412,8 @@ static PyMethodDef SeqLock_methods[] = {
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"_waiter", (PyCFunction)(void (*)(void))SeqLock_waiter,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAITER_DOC},
-    {"read_begin", (PyCFunction)SeqLock_read_begin, METH_NOARGS,
+    {"read_begin", (PyCFunction)(void (*)(void))SeqLock_read_begin,
+     METH_FASTCALL,
      SeqLock_read_begin_doc},
     {"read_retry", (PyCFunction)SeqLock_read_retry, METH_O,
      SeqLock_read_retry_doc},

@@ -1181,8 +1181,12 @@ done:
 }
 
 static PyObject *
-SeqRecord_read(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+SeqRecord_read(SeqRecordObject *self, PyObject *const *Py_UNUSED(args),
+               Py_ssize_t nargs)
 {
+    if (takes_no_arguments("read", nargs) < 0) {
+        return NULL;
+    }
     uint64_t seq;
     return values_snapshot(self, &seq);
 }
@@ -1195,8 +1199,11 @@ PyDoc_STRVAR(SeqRecord_read_versioned_doc,
 
 static PyObject *
 SeqRecord_read_versioned(SeqRecordObject *self,
-                         PyObject *Py_UNUSED(ignored))
+                         PyObject *const *Py_UNUSED(args), Py_ssize_t nargs)
 {
+    if (takes_no_arguments("read_versioned", nargs) < 0) {
+        return NULL;
+    }
     uint64_t seq;
     PyObject *values = values_snapshot(self, &seq);
     return versioned(seq, values);
@@ -1262,7 +1269,7 @@ PyDoc_STRVAR(SeqRecord_read_dict_doc,
 static PyObject *
 SeqRecord_read_dict(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *values = SeqRecord_read(self, NULL);
+    PyObject *values = SeqRecord_read(self, NULL, 0);
     if (values == NULL) {
         return NULL;
     }
@@ -1603,8 +1610,10 @@ static PyMethodDef SeqRecord_methods[] = {
                "(for seqlock_py._shared; not public).")},
     {"buffer_size", (PyCFunction)(void (*)(void))SeqRecord_buffer_size,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS, SeqRecord_buffer_size_doc},
-    {"read", (PyCFunction)SeqRecord_read, METH_NOARGS, SeqRecord_read_doc},
-    {"read_versioned", (PyCFunction)SeqRecord_read_versioned, METH_NOARGS,
+    {"read", (PyCFunction)(void (*)(void))SeqRecord_read, METH_FASTCALL,
+     SeqRecord_read_doc},
+    {"read_versioned",
+     (PyCFunction)(void (*)(void))SeqRecord_read_versioned, METH_FASTCALL,
      SeqRecord_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
