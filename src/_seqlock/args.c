@@ -151,3 +151,31 @@ max_retries_from_object(PyObject *value)
     }
     return (int)n;
 }
+
+int
+max_entries_from_object(PyObject *value, uint64_t *bound)
+{
+    *bound = 0;
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError,
+                     "max_entries must be an int or None, not %.100s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow < 0 || (overflow == 0 && n < 1)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "max_entries must be at least 1 (or None: up to "
+                        "the ring's capacity)");
+        return -1;
+    }
+    *bound = overflow > 0 ? UINT64_MAX : (uint64_t)n;
+    return 0;
+}

@@ -51,4 +51,9 @@ int sequence_from_object(const char *fname, PyObject *obj, uint64_t *seq);
 /* A max_retries value: an int from 0 to INT_MAX; -1 with an exception. */
 int max_retries_from_object(PyObject *value);
 
+/* A batch bound (poll(max_entries=)): None or NULL (not given) -> *bound 0,
+ * no bound; else an int >= 1 (beyond 64 bits: UINT64_MAX).  0, or -1 with
+ * TypeError or ValueError. */
+int max_entries_from_object(PyObject *value, uint64_t *bound);
+
 #endif /* SEQLOCK_PY_ARGS_H */

@@ -957,29 +957,7 @@ poll_bound(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
         }
         given = args[0];
     }
-    *bound = 0;
-    if (given == NULL || given == Py_None) {
-        return 0;
-    }
-    if (!PyLong_Check(given)) {
-        PyErr_Format(PyExc_TypeError,
-                     "max_entries must be an int or None, not %.100s",
-                     Py_TYPE(given)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long long n = PyLong_AsLongLongAndOverflow(given, &overflow);
-    if (n == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow < 0 || (overflow == 0 && n < 1)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "max_entries must be at least 1 (or None: up to "
-                        "the ring's capacity)");
-        return -1;
-    }
-    *bound = overflow > 0 ? UINT64_MAX : (uint64_t)n;
-    return 0;
+    return max_entries_from_object(given, bound);
 }
 
 /* (seq, snapshot) */
