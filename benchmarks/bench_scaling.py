@@ -18,12 +18,13 @@ declared by keywords and on one declared by a typing.NamedTuple:
 and the reference: pure local work, a Python loop that builds a tuple of
 5 fresh floats from the thread's own locals (what read() makes, from
 nothing shared).  Each is run on 1 and on 2 threads (started behind a
-barrier, each counting its calls for --seconds); the rounds interleave
-every case, the reference first; ops/s are all the threads' calls over
-the time from the first thread's start to the last one's end.
-A case's scaling is its 2-thread total over its 1-thread total; "vs
-local" is that over the reference's scaling in the same round: 1.0 scales
-as well as the machine does with nothing shared.  Medians over --repeats
+barrier, each counting its calls for --seconds); each round runs every
+case, each beside a run of the reference of its own (local work on 1
+thread, the case on 1 and on 2, local work on 2); ops/s are all the
+threads' calls over the time from the first thread's start to the last
+one's end.  A case's scaling is its 2-thread total over its 1-thread
+total; "vs local" is that over its reference's scaling: 1.0 scales as
+well as the machine does with nothing shared.  Medians over --repeats
 rounds (default 5), the spread (min-max) beside them.
 
 --writer-hz HZ adds a writer thread updating the record (and appending
@@ -214,15 +215,20 @@ class Writer:
 
 
 def one_round(idioms, shared, seconds):
-    """{case: (1-thread ops/s, 2-thread ops/s)}, the reference first."""
+    """{case: (1-thread ops/s, 2-thread ops/s, the reference's on 1 and on
+    2 threads)}: each case's own reference run beside it, local work on 1
+    thread just before the case's 1-thread run, on 2 just after its
+    2-thread run, so that a change in the machine's load between cases
+    moves a case and its reference together."""
     out = {}
-    rec, ring = shared["keywords"]
-    out[LOCAL] = tuple(run_threads(local_work, rec, ring, t, seconds) for t in (1, 2))
     for idiom in idioms:
         for record in RECORDS:
             rec, ring = shared[record]
-            out[f"{idiom} | {record}"] = tuple(
-                run_threads(IDIOMS[idiom], rec, ring, t, seconds) for t in (1, 2))
+            local1 = run_threads(local_work, rec, ring, 1, seconds)
+            one = run_threads(IDIOMS[idiom], rec, ring, 1, seconds)
+            two = run_threads(IDIOMS[idiom], rec, ring, 2, seconds)
+            local2 = run_threads(local_work, rec, ring, 2, seconds)
+            out[f"{idiom} | {record}"] = (one, two, local1, local2)
     return out
 
 
@@ -246,18 +252,22 @@ def measure(args, out, log=print):
             writer.__exit__(None, None, None)
             out["writes"] = writer.writes
 
-    local_scaling = [r[LOCAL][1] / r[LOCAL][0] for r in rounds]
-    out["local"] = {"rounds": [{"one": r[LOCAL][0], "two": r[LOCAL][1]} for r in rounds],
+    locals_ = [(r[k][2], r[k][3]) for r in rounds for k in r]
+    local_scaling = [two / one for one, two in locals_]
+    out["local"] = {"one": statistics.median(one for one, _ in locals_),
+                    "two": statistics.median(two for _, two in locals_),
                     "scaling": statistics.median(local_scaling),
                     "scaling_spread": spread(local_scaling)}
     cases = []
     for idiom in args.idioms:
         for record in RECORDS:
             key = f"{idiom} | {record}"
-            per = [{"one": r[key][0], "two": r[key][1],
-                    "scaling": r[key][1] / r[key][0],
-                    "vs_local": (r[key][1] / r[key][0]) / ls}
-                   for r, ls in zip(rounds, local_scaling)]
+            per = []
+            for r in rounds:
+                one, two, local1, local2 = r[key]
+                per.append({"one": one, "two": two, "local_one": local1, "local_two": local2,
+                            "scaling": two / one, "local_scaling": local2 / local1,
+                            "vs_local": (two / one) / (local2 / local1)})
             cases.append({
                 "idiom": idiom, "record": record, "rounds": per,
                 "one": statistics.median(p["one"] for p in per),
@@ -281,9 +291,8 @@ def table(out):
         "| idiom | record | ops/s, 1 thread | ops/s, 2 threads | scaling | vs local work | spread |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    one = statistics.median(r["one"] for r in loc["rounds"])
-    two = statistics.median(r["two"] for r in loc["rounds"])
-    lines.append(f"| {LOCAL} | - | {fmt_rate(one).strip()} | {fmt_rate(two).strip()} | "
+    lines.append(f"| {LOCAL} | - | {fmt_rate(loc['one']).strip()} | "
+                 f"{fmt_rate(loc['two']).strip()} | "
                  f"{loc['scaling']:.2f}x | 1.00x | |")
     for c in out["cases"]:
         lo, hi = c["vs_local_spread"]
