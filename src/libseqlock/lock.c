@@ -303,6 +303,10 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
  *   beacon after all (as above), about to give the word back.  Its mover
  *   is h (the beacon's holder, whose gap h took for a dead holder's, may
  *   live where /proc cannot show it).
+ * - The word held by a token the owner record does not name (in any
+ *   namespace), the beacon held: a taker between winning the word and
+ *   recording itself, or a failed taker-over between putting its
+ *   holder's record back and the word.  Its mover is named nowhere.
  * - The word and the beacon held by h, recorded in our namespace, and
  *   /proc says h is gone: never honest (the kernel marks a dying
  *   holder's beacon before its thread is seen gone).
@@ -321,9 +325,10 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
  * goes on when it runs.  An honest lock is called corrupt only if its
  * mover is held up where /proc cannot show it (in another PID namespace;
  * frozen by a cgroup freezer, which /proc shows asleep) for STUCK_NS: a
- * first taker setting a SEQLOCK_UNLOCKED lock up, or a taker held up
- * twice, at two exact instructions.  A lock held by a holder we cannot
- * look at (recorded in another namespace, or not at all) is waited for as
+ * first taker setting a SEQLOCK_UNLOCKED lock up, a taker held up
+ * twice, at two exact instructions, or one held up between winning the
+ * word and recording itself.  A lock held by a holder we cannot
+ * look at (recorded in another namespace) is waited for as
  * long as it is held: a live writer in another namespace looks just so;
  * as are words forged to name one live thread of ours as a holder.
  */

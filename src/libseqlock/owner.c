@@ -414,8 +414,9 @@ stuck_kind_of(const seqlock_t *sl, struct stuck_watch *key)
     key->beacon = beacon_key_of(word);
     struct seqlock_owner o;
     uint64_t ns = pid_namespace();
-    int ours = ns != NS_UNAVAILABLE && seqlock_read_owner_(sl, &o)
-               && atomic_load(&o.pid_ns) == ns;
+    int whole = seqlock_read_owner_(sl, &o);
+    int ours = ns != NS_UNAVAILABLE && whole && atomic_load(&o.pid_ns) == ns;
+    uint64_t named = whole ? atomic_load(&o.token) : 0; /* any namespace */
     uint64_t token = ours ? atomic_load(&o.token) : 0;
     uint32_t recorded = ours ? atomic_load(&o.tid) : 0;
     uint64_t recorded_start = ours ? atomic_load(&o.started) : 0;
@@ -447,8 +448,18 @@ stuck_kind_of(const seqlock_t *sl, struct stuck_watch *key)
                 key->started = 0;
                 kind = ITS_TO_END;
             }
+            else if (named != key->holder) {
+                /* A word the owner record does not name, in any
+                 * namespace: honest only between a taker's win and its
+                 * record, written just after (or a failed taker-over's
+                 * giving back: the record first, then the word).  Its
+                 * mover's id is nowhere: nobody we can look at. */
+                key->mover = 0;
+                key->started = 0;
+                kind = ITS_TO_END;
+            }
             else if (token != key->holder) {
-                kind = NOT_STUCK;
+                kind = NOT_STUCK; /* recorded in another namespace */
             }
             else {
                 /* Its recorded holder holds the beacon, or is in its
