@@ -1541,6 +1541,43 @@ PyDoc_STRVAR(SeqRing_read_last_doc,
 "and raises RuntimeError only if the head goes back (the ring rewound)\n"
 "while it copies.");
 
+/* After out's buffer was refused: a non-buffer's TypeError and a
+ * read-only one's (numpy's ValueError, bytes' BufferError) say which out
+ * to give; any other exception (user code's, say) is left as it is. */
+static void
+refuse_out_buffer(PyObject *out)
+{
+    if (PyErr_ExceptionMatches(PyExc_TypeError)
+        && !PyObject_CheckBuffer(out)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be an array of ring.dtype "
+                     "(numpy.empty(n, ring.dtype)), not %.100s",
+                     Py_TYPE(out)->tp_name);
+        return;
+    }
+    PyObject *type = PyErr_ExceptionMatches(PyExc_BufferError)
+                         ? PyExc_BufferError
+                     : PyErr_ExceptionMatches(PyExc_ValueError)
+                         ? PyExc_ValueError
+                         : NULL;
+    if (type == NULL) {
+        return;
+    }
+    PyObject *exc = PyErr_GetRaisedException();
+    PyErr_Format(type,
+                 "read_last()'s out must be a writable array of ring.dtype "
+                 "(numpy.empty(n, ring.dtype)): %S", exc);
+    PyObject *mine = PyErr_GetRaisedException();
+    if (mine != NULL) {
+        PyException_SetCause(mine, exc); /* steals exc */
+        PyErr_SetRaisedException(mine);
+    }
+    else {
+        Py_DECREF(exc);
+    }
+}
+
 static PyObject *
 SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -1581,6 +1618,7 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
     }
     Py_buffer view;
     if (PyObject_GetBuffer(array, &view, PyBUF_RECORDS) < 0) {
+        refuse_out_buffer(array);
         Py_DECREF(array);
         return NULL;
     }
@@ -1595,13 +1633,27 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
                      "bytes", view.ndim, view.itemsize, eb);
         goto done;
     }
+    if (!PyBuffer_IsContiguous(&view, 'C')) {
+        PyErr_SetString(PyExc_ValueError,
+                        "read_last()'s out must be C-contiguous: this one "
+                        "is strided (give numpy.empty(n, ring.dtype))");
+        goto done;
+    }
     if (buffer_fits_record(self->layout, &view) < 0) {
+        /* its message is read_into()'s advice */
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be an array of ring.dtype "
+                     "(numpy.empty(n, ring.dtype)): its items have format "
+                     "'%s', not the ring's %R",
+                     view.format == NULL ? "B" : view.format,
+                     self->layout->format);
         goto done;
     }
     if ((size_t)view.len < (size_t)n * eb) {
         PyErr_Format(PyExc_ValueError,
-                     "out has room for %zd entries, %zd asked for",
-                     (Py_ssize_t)((size_t)view.len / eb), n);
+                     "read_last()'s out has room for %zd entries, %zd "
+                     "asked for: give numpy.empty(%zd, ring.dtype), or ask "
+                     "for fewer", (Py_ssize_t)((size_t)view.len / eb), n, n);
         goto done;
     }
     if (refuse_open_memory("read_last()", view.buf, (size_t)n * eb) < 0) {
