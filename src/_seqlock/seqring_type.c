@@ -391,10 +391,13 @@ lay_out(void *arg)
         if (!l->overwrite) {
             return ALREADY_A_RING;
         }
-        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
-            != 0) {
-            return RING_IN_USE;
-        }
+        l->err = ring_lay_out_over(
+            h, PyBytes_AS_STRING(l->layout->descriptor),
+            (uint32_t)PyBytes_GET_SIZE(l->layout->descriptor),
+            (uint32_t)l->layout->data_bytes, l->capacity);
+        return l->err == 0        ? LAID_OUT
+               : l->err == EBUSY ? RING_IN_USE
+                                 : INIT_FAILED;
     }
     l->err = ring_init(h, PyBytes_AS_STRING(l->layout->descriptor),
                        (uint32_t)PyBytes_GET_SIZE(l->layout->descriptor),

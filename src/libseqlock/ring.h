@@ -275,6 +275,59 @@ ring_init(void *memory, const char *layout, uint32_t layout_bytes,
     return 0;
 }
 
+/**
+ * ring_lay_out_over - lay a ring out, as ring_init() does, over memory of
+ * ring_size() bytes that may hold a ring in use (create(overwrite=True)):
+ * as record_lay_out_over(), its lock taken without waiting and held while
+ * the rest is laid out (magic 0 meanwhile: an attach() finds no ring; no
+ * append is inside it), given back after.  Readers see every slot empty
+ * and the head gone back (the ring rewound).
+ * Returns 0, EBUSY (its lock is held), EINVAL (no geometry, or the lock's
+ * words are corrupted) or seqlock_init()'s error.
+ */
+static inline int
+ring_lay_out_over(void *memory, const char *layout, uint32_t layout_bytes,
+                  uint32_t entry_bytes, uint64_t capacity)
+{
+    size_t size = ring_size(layout_bytes, entry_bytes, capacity);
+    if (size == 0) {
+        return EINVAL;
+    }
+    ring_header *h = (ring_header *)memory;
+    if (h->version != RING_VERSION || h->lock_abi != RING_LOCK_ABI
+        || seqlock_check(&h->lock) != 0) {
+        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
+            != 0) {
+            return EBUSY;
+        }
+        return ring_init(memory, layout, layout_bytes, entry_bytes, capacity);
+    }
+    int err = seqlock_lock_excl_timed(&h->lock, 0);
+    if (err != 0 && err != EOWNERDEAD) {
+        return err == ETIMEDOUT || err == EDEADLK ? EBUSY : err;
+    }
+    atomic_store_explicit(&h->magic, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* before the rest */
+    memset((char *)h + sizeof h->magic, 0,
+           offsetof(ring_header, lock) - sizeof h->magic);
+    h->version = RING_VERSION;
+    h->entry_bytes = entry_bytes;
+    h->layout_bytes = layout_bytes;
+    h->lock_abi = RING_LOCK_ABI;
+    h->capacity = capacity;
+    char *after_lock = (char *)(&h->lock + 1);
+    char *head = (char *)memory + ring_head_offset(layout_bytes);
+    memset(after_lock, 0, (size_t)(head - after_lock));
+    memcpy((char *)h + RING_HEADER_SIZE, layout, layout_bytes);
+    /* the head line and the slots: words readers load */
+    record_zero_words((seqlock_word_t *)head,
+                      (size - (size_t)(head - (char *)memory))
+                          / SEQLOCK_WORD_SIZE);
+    atomic_store_explicit(&h->magic, RING_MAGIC, memory_order_release);
+    (void)seqlock_unlock(&h->lock);
+    return 0;
+}
+
 enum ring_mismatch {
     RING_MATCHES = 0,
     RING_NO_MAGIC = 1,       /* no ring here (or not yet created) */
