@@ -235,14 +235,23 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
         return EINVAL;
     }
     /* A takeover that fails gives the word back to the holder it took it
-     * from: the holder's record of itself goes back with it. */
+     * from: a record naming that holder goes back with it (a word its
+     * record does not name is a stuck state: "Stuck locks"). */
     struct seqlock_owner theirs;
-    int have_theirs = takeover && seqlock_read_owner_(sl, &theirs);
+    int have_theirs = takeover;
+    if (takeover) {
+        seqlock_owner_of_(sl, h, &theirs);
+    }
     if (!atomic_compare_exchange_strong_explicit(
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
     }
-    seqlock_publish_owner_(sl, t, me);
+    /* Held up here long enough, we were taken over: the taker's record
+     * stays (the word is its now). */
+    if (SEQLOCK_LIKELY(atomic_load_explicit(&sl->holder, memory_order_relaxed)
+                       == me)) {
+        seqlock_publish_owner_(sl, t, me);
+    }
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     err = pthread_mutex_trylock(&sl->beacon);
     if (err == 0 || err == EOWNERDEAD) {

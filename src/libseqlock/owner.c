@@ -227,6 +227,18 @@ seqlock_read_owner_(const seqlock_t *sl, struct seqlock_owner *o)
            && atomic_load_explicit(&r->token, memory_order_relaxed) == token;
 }
 
+void
+seqlock_owner_of_(const seqlock_t *sl, uint64_t h, struct seqlock_owner *o)
+{
+    if (seqlock_read_owner_(sl, o) && atomic_load(&o->token) == h) {
+        return;
+    }
+    atomic_init(&o->token, h);
+    atomic_init(&o->pid_ns, NS_UNAVAILABLE);
+    atomic_init(&o->started, 0);
+    atomic_init(&o->tid, 0);
+}
+
 /* Just after winning the word: say that we hold it, and who we are.  A
  * thread that takes the lock again finds its own record there and writes
  * nothing. */

@@ -17,6 +17,12 @@ SEQLOCK_INTERNAL void seqlock_publish_owner_(seqlock_t *sl,
 /* The owner record as it stands, read seqlock-style; 0 if torn. */
 SEQLOCK_INTERNAL int seqlock_read_owner_(const seqlock_t *sl,
                                          struct seqlock_owner *o);
+/* Holder h's record, to put back if a takeover of h fails: the record
+ * as it stands if it names h, else one naming h and nothing more (h was
+ * held up before it recorded itself; waiters then wait for h as for a
+ * holder they cannot look at). */
+SEQLOCK_INTERNAL void seqlock_owner_of_(const seqlock_t *sl, uint64_t h,
+                                        struct seqlock_owner *o);
 /* Put an owner record back (a takeover that failed). */
 SEQLOCK_INTERNAL void seqlock_write_owner_(seqlock_t *sl,
                                            const struct seqlock_owner *o);
