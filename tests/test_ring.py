@@ -434,6 +434,27 @@ def test_read_last_says_what_out_to_give_when_it_refuses_one(kind):
         assert not np.ascontiguousarray(out).view(np.uint8).any()
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python buffer exporter is 3.12's (PEP 688)")
+def test_read_last_refuses_an_out_it_cannot_slice_before_filling_it():
+    """read_last() returns out[:got]: an out that exports a buffer but
+    cannot be sliced is refused before anything is copied, saying which
+    out to give.
+
+    Seen (main 666f113, 3.13t): the rows were copied into it, then
+    "TypeError: 'Exporter' object is not subscriptable"."""
+    ring = SeqRing(4, x="d")
+    ring.append(x=1.5)
+    rows = bytearray(32)
+
+    class Exporter:
+        def __buffer__(self, flags):
+            return memoryview(rows).cast("d")
+
+    with pytest.raises(TypeError, match=r"read_last\(\)'s out .*numpy.empty\(n, ring.dtype\)"):
+        ring.read_last(2, out=Exporter())
+    assert rows == bytearray(32)
+
+
 def test_read_last_refuses_an_out_inside_the_rings_own_memory():
     # np.frombuffer(shm.buf): rows over the ring's header, lock and slots,
     # which every process reads and appends through.

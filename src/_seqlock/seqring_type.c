@@ -1659,6 +1659,16 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
                      "for fewer", (Py_ssize_t)((size_t)view.len / eb), n, n);
         goto done;
     }
+    if (Py_TYPE(array)->tp_as_mapping == NULL
+        || Py_TYPE(array)->tp_as_mapping->mp_subscript == NULL) {
+        /* the rows returned are out[:got]: refused before it is filled */
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be an array of ring.dtype "
+                     "(numpy.empty(n, ring.dtype)) or a memoryview of one: "
+                     "%.100s cannot be sliced into its rows",
+                     Py_TYPE(array)->tp_name);
+        goto done;
+    }
     if (refuse_open_memory("read_last()", view.buf, (size_t)n * eb) < 0) {
         goto done;
     }
