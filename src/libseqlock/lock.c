@@ -237,6 +237,11 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
     /* A takeover that fails gives the word back to the holder it took it
      * from: a record naming that holder goes back with it (a word its
      * record does not name is a stuck state: "Stuck locks"). */
+    if (SEQLOCK_UNLIKELY(t->identity == IDENTITY_UNKNOWN)) {
+        /* /proc read before the word is won: between the win and the
+         * record no system call ("Stuck locks") */
+        (void)seqlock_know_myself_(t);
+    }
     struct seqlock_owner theirs;
     int have_theirs = takeover;
     if (takeover) {

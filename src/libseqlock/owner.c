@@ -190,6 +190,12 @@ know_myself(struct lock_thread *t)
     return t->identity == IDENTITY_KNOWN;
 }
 
+int
+seqlock_know_myself_(struct lock_thread *t)
+{
+    return know_myself(t);
+}
+
 /* Say who holds the word (seqlock_t.owner).  The token is written last,
  * after a 0 and a release fence, so a reader that sees the same token
  * before and after reading the rest (an acquire fence between) read this

@@ -10,6 +10,10 @@
 
 #define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
 
+/* Learn this thread's identity for its owner records (reads /proc once
+ * per thread): before winning a word, so that recording itself after
+ * makes no system call. */
+SEQLOCK_INTERNAL int seqlock_know_myself_(struct lock_thread *t);
 /* Just after winning the word: say that we hold it, and who we are. */
 SEQLOCK_INTERNAL void seqlock_publish_owner_(seqlock_t *sl,
                                              struct lock_thread *t,
