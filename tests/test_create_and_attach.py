@@ -290,6 +290,46 @@ def test_create_overwrite_over_a_record_whose_writer_died_in_a_section_lays_it_o
     assert "laid out (0, 0)" in out and "then (3, 0) (3, 0)" in out, out
 
 
+LAYER_OUT_DIED = r'''
+import mmap, os, struct
+from seqlock_py import SeqRecord
+F = dict(a="q", b="q")
+m = mmap.mmap(-1, SeqRecord.buffer_size(**F))
+rec = SeqRecord.create(m, **F)
+rec.update(a=1, b=2)
+pid = os.fork()
+if pid == 0:
+    with rec.write() as w:
+        # as create(overwrite=True) dying while it lays the record out:
+        # the lock held, magic saying "being laid out"
+        struct.pack_into("<I", m, 0, 0x6F514553)
+        os._exit(0)
+os.waitpid(pid, 0)
+for what, call in [("attach", lambda: SeqRecord.attach(m, **F)),
+                   ("create", lambda: SeqRecord.create(m, **F)),
+                   ("overwrite", lambda: SeqRecord.create(m, overwrite=True, **F))]:
+    try:
+        made = call()
+        made.update(a=5)
+        print(what, "made", tuple(made.read()), flush=True)
+    except ValueError as exc:
+        print(what, "refused:", exc, flush=True)
+'''
+
+
+def test_a_record_being_laid_out_is_no_record_to_attach_an_existing_one_to_create_and_overwrite_takes_it_over():
+    """While create(overwrite=True) lays a record out (holding its lock,
+    magic "being laid out"), or after it died doing so: attach() finds no
+    record, create() without overwrite finds one (it must not lay a lock
+    out under the one laying it out), create(overwrite=True) takes the
+    dead one's lock over and lays the record out."""
+    code, out = run_child(LAYER_OUT_DIED)
+    assert code == 0, out
+    assert "attach refused: " in out and "no magic" in out, out
+    assert "create refused: the buffer already holds a SeqRecord" in out, out
+    assert "overwrite made (5, 0)" in out, out
+
+
 # ---- what held ----
 
 

@@ -510,8 +510,8 @@ lay_out(void *arg)
 {
     laying_out *l = arg;
     record_header *h = l->memory;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire)
-        == RECORD_MAGIC) {
+    uint32_t magic = atomic_load_explicit(&h->magic, memory_order_acquire);
+    if (magic == RECORD_MAGIC || magic == RECORD_LAYING_OUT) {
         if (!l->overwrite) {
             return ALREADY_A_RECORD;
         }

@@ -387,7 +387,8 @@ lay_out(void *arg)
 {
     laying_out *l = arg;
     ring_header *h = l->memory;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire) == RING_MAGIC) {
+    uint32_t magic = atomic_load_explicit(&h->magic, memory_order_acquire);
+    if (magic == RING_MAGIC || magic == RING_LAYING_OUT) {
         if (!l->overwrite) {
             return ALREADY_A_RING;
         }

@@ -54,6 +54,9 @@
 #include <assert.h>
 
 #define RECORD_MAGIC 0x52514553u /* "SEQR" little-endian */
+/* magic while record_lay_out_over() lays a record out, holding its lock:
+ * attach() finds no record, create() an existing one */
+#define RECORD_LAYING_OUT 0x6F514553u /* "SEQo" */
 /* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch;
  * 4: the lock records its holder's PID namespace; 5: lock_abi hashes every
  * offset of seqlock_t.  A new layout of the header or of seqlock_t is a new
@@ -206,7 +209,9 @@ record_zero_words(seqlock_word_t *w, size_t n)
  * (create(overwrite=True)): a lock this library can take is taken first,
  * without waiting, and held while the rest is laid out, so no writer is
  * inside it meanwhile, and given back after (never re-initialised under
- * its waiters).  magic is 0 meanwhile (an attach() finds no record), and
+ * its waiters).  magic is RECORD_LAYING_OUT meanwhile (an attach() finds
+ * no record, a create() one in use; a layer-out that dies leaves it: the
+ * next create(overwrite=True) takes its lock over), and
  * readers of a record of this geometry read its last state until the
  * zeroes are committed as one section.  A lock this library cannot take
  * (another version or lock ABI, or words not a set-up lock's) is laid out
@@ -230,16 +235,17 @@ record_lay_out_over(record_header *h, const char *layout,
     if (err != 0 && err != EOWNERDEAD) {
         return err == ETIMEDOUT || err == EDEADLK ? EBUSY : err;
     }
-    atomic_store_explicit(&h->magic, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->magic, RECORD_LAYING_OUT, memory_order_relaxed);
     atomic_thread_fence(memory_order_release); /* before the rest */
     record_view v = record_view_of(h, layout_bytes, data_bytes);
     (void)seqlock_open_section(&h->lock); /* readers: copy 1 */
-    memset((char *)h + sizeof h->magic, 0,
-           offsetof(record_header, lock) - sizeof h->magic);
-    h->version = RECORD_VERSION;
+    /* version and lock_abi stay (ours): a layer-out that dies here
+     * leaves a lock the next one can take over */
+    memset((char *)h + offsetof(record_header, recoveries), 0,
+           offsetof(record_header, lock)
+               - offsetof(record_header, recoveries));
     h->data_bytes = data_bytes;
     h->layout_bytes = layout_bytes;
-    h->lock_abi = RECORD_LOCK_ABI;
     char *after_lock = (char *)(&h->lock + 1);
     memset(after_lock, 0, (size_t)((char *)v.copy[0] - after_lock));
     memcpy((char *)h + RECORD_HEADER_SIZE, layout, layout_bytes);

@@ -78,6 +78,8 @@
 #include <stdint.h>
 
 #define RING_MAGIC 0x42514553u /* "SEQB" little-endian */
+/* magic while ring_lay_out_over() lays a ring out, holding its lock */
+#define RING_LAYING_OUT 0x6F474E52u
 /* 1: this layout.  A new layout of the header, of a slot or of seqlock_t
  * is a new version: the static_asserts below pin version 1's. */
 #define RING_VERSION 1u
@@ -279,7 +281,8 @@ ring_init(void *memory, const char *layout, uint32_t layout_bytes,
  * ring_lay_out_over - lay a ring out, as ring_init() does, over memory of
  * ring_size() bytes that may hold a ring in use (create(overwrite=True)):
  * as record_lay_out_over(), its lock taken without waiting and held while
- * the rest is laid out (magic 0 meanwhile: an attach() finds no ring; no
+ * the rest is laid out (magic RING_LAYING_OUT meanwhile: an attach()
+ * finds no ring, a create() one in use; no
  * append is inside it), given back after.  Readers see every slot empty
  * and the head gone back (the ring rewound).
  * Returns 0, EBUSY (its lock is held), EINVAL (no geometry, or the lock's
@@ -306,14 +309,13 @@ ring_lay_out_over(void *memory, const char *layout, uint32_t layout_bytes,
     if (err != 0 && err != EOWNERDEAD) {
         return err == ETIMEDOUT || err == EDEADLK ? EBUSY : err;
     }
-    atomic_store_explicit(&h->magic, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->magic, RING_LAYING_OUT, memory_order_relaxed);
     atomic_thread_fence(memory_order_release); /* before the rest */
-    memset((char *)h + sizeof h->magic, 0,
-           offsetof(ring_header, lock) - sizeof h->magic);
-    h->version = RING_VERSION;
+    /* version and lock_abi stay (ours), as in record_lay_out_over() */
+    memset((char *)h + offsetof(ring_header, recoveries), 0,
+           offsetof(ring_header, lock) - offsetof(ring_header, recoveries));
     h->entry_bytes = entry_bytes;
     h->layout_bytes = layout_bytes;
-    h->lock_abi = RING_LOCK_ABI;
     h->capacity = capacity;
     char *after_lock = (char *)(&h->lock + 1);
     char *head = (char *)memory + ring_head_offset(layout_bytes);
