@@ -367,6 +367,29 @@ def test_writing_through_a_second_mapping_inside_ones_own_section_is_an_error_no
         f"{describe_exit(code)}: {out[-1500:]}")
 
 
+def test_a_lock_word_forged_to_name_the_writer_itself_says_so_not_that_it_holds_the_lock():
+    """A co-tenant reads a writer's token from the owner record (shared
+    memory) and writes it into the lock word.  Should hold: the writer's
+    update() and write() raise at once (never wait for themselves), with a
+    message that names the two causes (another mapping, a rewritten
+    word), not "this thread already holds the write lock", which it does
+    not; the word put back, writes go on.
+
+    Seen (main 666f113, 3.11): "this thread already holds the write
+    lock" outside any section."""
+    buf = bytearray(SeqRecord.buffer_size(x="q"))
+    rec = SeqRecord.create(buf, x="q")
+    rec.update(x=1)
+    poke(buf, "holder", peek(buf, "owner_token"))
+    for write in (lambda: rec.update(x=2), lambda: rec.write(timeout=0.5).__enter__()):
+        with pytest.raises(RuntimeError, match="another mapping.*rewrote the word") as caught:
+            write()
+        assert "already holds" not in str(caught.value)
+    poke(buf, "holder", 0)
+    rec.update(x=3)
+    assert rec.read().x == 3
+
+
 # ---- a writable record's waiter and a dead-looking section whose links are
 # rewritten -------------------------------------------------------------------
 
