@@ -446,3 +446,61 @@ def keywords_naming_one_field_twice(name, first, second):
     assert len(keywords) == 2
     Twin.armed = True
     return keywords
+
+
+# argv: "record" or "ring".  A writer and a reader process (forks) use a
+# record or ring of a shared mapping, 5000 calls each, while this process
+# lays a new one over it with create(overwrite=True) until they end:
+# prints each role's exit status, torn reads and errors, then how many
+# creates laid out or were refused.
+OVERWRITE_WHILE_IN_USE = r'''
+import mmap, os, sys
+from seqlock_py import SeqRecord, SeqRing
+kind = sys.argv[1]
+F = dict(a="q", b="q", total="q", pad="8192q")  # a + b == total; pad: a long laying out
+if kind == "record":
+    m = mmap.mmap(-1, SeqRecord.buffer_size(**F))
+    made = SeqRecord.create(m, **F)
+    def make(): SeqRecord.create(m, overwrite=True, **F)
+else:
+    m = mmap.mmap(-1, SeqRing.buffer_size(8, **F))
+    made = SeqRing.create(m, 8, **F)
+    def make(): SeqRing.create(m, 8, overwrite=True, **F)
+pids = {}
+for role in ("writer", "reader"):
+    pid = os.fork()
+    if pid == 0:
+        bad, errors = 0, {}
+        reader = made.reader(oldest=True) if kind == "ring" else None
+        for k in range(1, 5001):
+            try:
+                if role == "writer":
+                    (made.update if kind == "record" else made.append)(a=k, b=k + 1, total=2 * k + 1)
+                elif kind == "record":
+                    s = made.read()
+                    bad += s.a + s.b != s.total
+                else:
+                    for _, e in reader.poll():
+                        bad += e.a + e.b != e.total
+            except Exception as exc:
+                if "rewound" in str(exc):
+                    reader = made.reader(oldest=True)
+                    continue
+                what = f"{type(exc).__name__}: {exc}"
+                errors[what] = errors.get(what, 0) + 1
+        print(role, "torn", bad, "errors", errors, flush=True)
+        os._exit(0)
+    pids[pid] = role
+laid = busy = 0
+while pids:
+    try:
+        make()
+        laid += 1
+    except ValueError as exc:
+        assert "locked by a writer" in str(exc), exc
+        busy += 1
+    pid, status = os.waitpid(-1, os.WNOHANG)
+    if pid:
+        print(pids.pop(pid), "exit status", status, flush=True)
+print("laid", laid, "refused", busy, flush=True)
+'''

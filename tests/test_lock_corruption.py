@@ -212,6 +212,12 @@ if forgery == "beacon":
     while os.path.exists(f"/proc/{tid}"):
         tid += 1
     poke(mem, "beacon_lock", tid)
+elif forgery == "unnamed":
+    tid = 12345
+    while os.path.exists(f"/proc/{tid}"):
+        tid += 1
+    poke(mem, "beacon_lock", tid)
+    poke(mem, "holder", 0x5EED)  # a token the owner record does not name
 else:
     me = threading.get_native_id()
     with open(f"/proc/{me}/stat") as f:
@@ -272,6 +278,24 @@ def test_an_untimed_write_to_a_record_whose_lock_names_a_live_thread_that_never_
     Seen (main 8941112, 3.11 and 3.13t, every run): still waiting after
     20 s, yielding the CPU flat out."""
     code, out = run_plain(FORGED_LOCK, how, "gap", timeout=60)
+    assert code == 0 and "ok RuntimeError: " in out and "corrupted" in out, out
+    assert "| read 1" in out, out
+
+
+@pytest.mark.parametrize("how", ["update", "write"])
+def test_an_untimed_write_to_a_record_whose_lock_word_holds_a_token_nobody_recorded_raises(how):
+    """Two words of a co-tenant: the holder word set to a token the owner
+    record does not name (it still names the last honest holder), and the
+    beacon's lock word to a thread id nobody has.  Honest writers are in
+    that state only between winning the word and recording themselves, a
+    few instructions.  Should hold: update() and write() without a
+    timeout raise the lock's corruption RuntimeError once it has lasted
+    the bound, instead of waiting for good; readers read on.
+
+    Seen (main 666f113, 3.11): the writing thread was still waiting after
+    20 s (the stuck-lock watch took a holder it cannot name for a live
+    holder of another PID namespace)."""
+    code, out = run_plain(FORGED_LOCK, how, "unnamed", timeout=60)
     assert code == 0 and "ok RuntimeError: " in out and "corrupted" in out, out
     assert "| read 1" in out, out
 
@@ -341,6 +365,29 @@ def test_writing_through_a_second_mapping_inside_ones_own_section_is_an_error_no
     code, out = run_plain(ATTACHED_TWICE, tmp_path, how, faulthandler=True)
     assert code == 0 and "raised RuntimeError" in out and "locked() True" in out, (
         f"{describe_exit(code)}: {out[-1500:]}")
+
+
+def test_a_lock_word_forged_to_name_the_writer_itself_says_so_not_that_it_holds_the_lock():
+    """A co-tenant reads a writer's token from the owner record (shared
+    memory) and writes it into the lock word.  Should hold: the writer's
+    update() and write() raise at once (never wait for themselves), with a
+    message that names the two causes (another mapping, a rewritten
+    word), not "this thread already holds the write lock", which it does
+    not; the word put back, writes go on.
+
+    Seen (main 666f113, 3.11): "this thread already holds the write
+    lock" outside any section."""
+    buf = bytearray(SeqRecord.buffer_size(x="q"))
+    rec = SeqRecord.create(buf, x="q")
+    rec.update(x=1)
+    poke(buf, "holder", peek(buf, "owner_token"))
+    for write in (lambda: rec.update(x=2), lambda: rec.write(timeout=0.5).__enter__()):
+        with pytest.raises(RuntimeError, match="another mapping.*rewrote the word") as caught:
+            write()
+        assert "already holds" not in str(caught.value)
+    poke(buf, "holder", 0)
+    rec.update(x=3)
+    assert rec.read().x == 3
 
 
 # ---- a writable record's waiter and a dead-looking section whose links are

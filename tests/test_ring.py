@@ -423,6 +423,57 @@ def test_read_last_refuses_an_out_too_short():
 
 
 
+@pytest.mark.parametrize("kind", ["too short", "read-only", "bytes", "strided", "same-size other dtype", "not a buffer"])
+def test_read_last_says_what_out_to_give_when_it_refuses_one(kind):
+    """Each refusal of a bad out names read_last() and the out it takes
+    (numpy.empty(n, ring.dtype)), and fills nothing.
+
+    Seen (main 666f113, 3.11): "out has room for 2 entries, 4 asked
+    for"; numpy's "buffer source array is read-only", bytes' "Object is
+    not writable."; "read_into() takes a C-contiguous buffer" and
+    "read_into() takes bytes ... rec.dtype" (another call's advice); "a
+    bytes-like object is required, not 'int'"."""
+    np = pytest.importorskip("numpy")
+    ring = SeqRing(8, x="d", y="d")
+    for i in range(10):
+        ring.append(x=i, y=-i)
+    out = {
+        "too short": lambda: np.zeros(2, ring.dtype),
+        "read-only": lambda: np.frombuffer(bytes(8 * ring.dtype.itemsize), ring.dtype),
+        "bytes": lambda: bytes(200),
+        "strided": lambda: np.zeros(8, ring.dtype)[::2],
+        "same-size other dtype": lambda: np.zeros(4, np.complex128),
+        "not a buffer": lambda: 5,
+    }[kind]()
+    with pytest.raises((TypeError, ValueError, BufferError)) as caught:
+        ring.read_last(4, out=out)
+    message = str(caught.value)
+    assert "read_last()" in message and "numpy.empty(" in message and "ring.dtype" in message, message
+    if isinstance(out, np.ndarray):
+        assert not np.ascontiguousarray(out).view(np.uint8).any()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python buffer exporter is 3.12's (PEP 688)")
+def test_read_last_refuses_an_out_it_cannot_slice_before_filling_it():
+    """read_last() returns out[:got]: an out that exports a buffer but
+    cannot be sliced is refused before anything is copied, saying which
+    out to give.
+
+    Seen (main 666f113, 3.13t): the rows were copied into it, then
+    "TypeError: 'Exporter' object is not subscriptable"."""
+    ring = SeqRing(4, x="d")
+    ring.append(x=1.5)
+    rows = bytearray(32)
+
+    class Exporter:
+        def __buffer__(self, flags):
+            return memoryview(rows).cast("d")
+
+    with pytest.raises(TypeError, match=r"read_last\(\)'s out .*numpy.empty\(n, ring.dtype\)"):
+        ring.read_last(2, out=Exporter())
+    assert rows == bytearray(32)
+
+
 def test_read_last_refuses_an_out_inside_the_rings_own_memory():
     # np.frombuffer(shm.buf): rows over the ring's header, lock and slots,
     # which every process reads and appends through.

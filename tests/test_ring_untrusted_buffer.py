@@ -250,6 +250,8 @@ tid = 12345
 while os.path.exists(f"/proc/{tid}"):
     tid += 1
 m[112:116] = tid.to_bytes(4, "little")  # the beacon "held" by a thread id nobody has
+if sys.argv[1:] == ["unnamed"]:
+    m[80:88] = (0x5EED).to_bytes(8, "little")  # the word held by a token nobody recorded
 outcome = []
 def append():
     try:
@@ -279,6 +281,19 @@ def test_append_to_a_ring_whose_beacon_word_is_forged_ends_instead_of_waiting_fo
     every process waited for good (a non-main thread: not even a signal
     ended it)."""
     code, out = run_python(FORGED_BEACON, timeout=60)
+    assert code == 0, out
+    assert "outcome RuntimeError: " in out and "corrupted" in out, out
+    assert "| read [1]" in out, out
+
+
+def test_append_to_a_ring_whose_lock_word_holds_a_token_nobody_recorded_ends_instead_of_waiting_for_good():
+    """A co-tenant writes the holder word (offset 80) as a token the owner
+    record does not name, and the beacon's lock word (112) as held by a
+    thread nobody has.  Should hold: append() raises the lock's corruption
+    RuntimeError once the state has lasted its bound; readers go on.
+
+    Seen (main 666f113, 3.11): append() was still waiting after 20 s."""
+    code, out = run_python(FORGED_BEACON, "unnamed", timeout=60)
     assert code == 0, out
     assert "outcome RuntimeError: " in out and "corrupted" in out, out
     assert "| read [1]" in out, out

@@ -11,6 +11,7 @@ import pytest
 
 from process_helpers import PythonProcess, run_python, shm_block_fixture, shm_exists
 from seqlock_py import SeqRing
+from record_helpers import OVERWRITE_WHILE_IN_USE
 from workers import LONG
 
 
@@ -200,3 +201,17 @@ def test_create_shared_of_a_ring_larger_than_shared_memory_refuses_before_making
     size = int(out.split("size ")[1].split()[0])
     assert "raised MemoryError" in out and f"{size} bytes" in out, out
     assert not exists(name)
+
+
+def test_create_overwrite_over_a_ring_in_use_takes_its_lock_while_laying_it_out():
+    """SeqRing.create(buf, n, overwrite=True) while another process
+    appends and another polls: each create takes the ring's lock for the
+    laying out, or is refused as in use; appenders never crash, readers
+    see the ring rewound, never a torn entry.
+
+    Seen (main 666f113, 3.11, 5 runs of 6): the appending process died of
+    SIGSEGV (its robust mutex laid out anew while it held it)."""
+    code, out = run_python(OVERWRITE_WHILE_IN_USE, "ring")
+    assert code == 0, out
+    assert out.count("exit status 0") == 2, out
+    assert "writer torn 0 errors {}" in out and "reader torn 0 errors {}" in out, out

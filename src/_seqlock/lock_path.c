@@ -304,6 +304,11 @@ core_read_begin(seqlock_t *sl, int64_t timeout_ns, void *seq)
 #define LOCK_CORRUPTED                                                      \
     "the lock's words are corrupted (rewritten by another process that "  \
     "maps its memory?): it cannot be taken"
+#define NAMED_BUT_NOT_HELD                                                  \
+    "the lock's word names this thread, which holds no lock at this "      \
+    "address: the same record or ring is open through another mapping of " \
+    "its memory and written inside a section there (write through one "    \
+    "mapping), or another process rewrote the word"
 #define READING_WHILE_WRITING \
     "cannot read while this thread holds the write lock"
 
@@ -426,9 +431,13 @@ check_record_lock(bound_lock *b)
 lock_status
 take_lock_word(bound_lock *b, int64_t timeout_ns, const char *misuse)
 {
-    lock_status status = status_of(
-        wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS, NULL),
-        misuse);
+    int err = wait_in_slices(core_lock_excl, b, timeout_ns, WAIT_SLICE_NS,
+                             NULL);
+    if (err == EDEADLK && !seqlock_held_by_me(b->sl)) {
+        /* the word names this thread, which holds no lock here */
+        misuse = NAMED_BUT_NOT_HELD;
+    }
+    lock_status status = status_of(err, misuse);
     if (status > LOCK_TIMED_OUT) {
         keep_owner(b);
     }

@@ -491,10 +491,10 @@ stored_fields(const Py_buffer *view, int memory_kind)
 /* create()'s laying out, run under the SIGBUS guard when a file backs
  * the buffer (another process may truncate it): refuse a buffer that
  * already holds a record unless overwrite; refuse even then one whose lock
- * word is held (re-initialising a robust mutex its holder has on its
- * robust list corrupts that list: a crash at its unlock).  That only
- * narrows the window against another process taking the lock meanwhile:
- * overwrite is for a buffer nobody uses. */
+ * is held (re-initialising a robust mutex its holder has on its robust
+ * list corrupts that list: a crash at its unlock).  Over a record, the
+ * core takes its lock for the laying out (record_lay_out_over()), so no
+ * other process takes it meanwhile. */
 enum { LAID_OUT, ALREADY_A_RECORD, RECORD_IN_USE, INIT_FAILED };
 
 typedef struct {
@@ -510,15 +510,16 @@ lay_out(void *arg)
 {
     laying_out *l = arg;
     record_header *h = l->memory;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire)
-        == RECORD_MAGIC) {
+    uint32_t magic = atomic_load_explicit(&h->magic, memory_order_acquire);
+    if (magic == RECORD_MAGIC || magic == RECORD_LAYING_OUT) {
         if (!l->overwrite) {
             return ALREADY_A_RECORD;
         }
-        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
-            != 0) {
-            return RECORD_IN_USE;
-        }
+        l->err = record_lay_out_over(h, l->desc, l->desc_len,
+                                     l->data_bytes);
+        return l->err == 0        ? LAID_OUT
+               : l->err == EBUSY ? RECORD_IN_USE
+                                 : INIT_FAILED;
     }
     l->err = record_init(h, l->desc, l->desc_len, l->data_bytes);
     return l->err == 0 ? LAID_OUT : INIT_FAILED;

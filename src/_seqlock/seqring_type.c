@@ -388,14 +388,18 @@ lay_out(void *arg)
 {
     laying_out *l = arg;
     ring_header *h = l->memory;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire) == RING_MAGIC) {
+    uint32_t magic = atomic_load_explicit(&h->magic, memory_order_acquire);
+    if (magic == RING_MAGIC || magic == RING_LAYING_OUT) {
         if (!l->overwrite) {
             return ALREADY_A_RING;
         }
-        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
-            != 0) {
-            return RING_IN_USE;
-        }
+        l->err = ring_lay_out_over(
+            h, PyBytes_AS_STRING(l->layout->descriptor),
+            (uint32_t)PyBytes_GET_SIZE(l->layout->descriptor),
+            (uint32_t)l->layout->data_bytes, l->capacity);
+        return l->err == 0        ? LAID_OUT
+               : l->err == EBUSY ? RING_IN_USE
+                                 : INIT_FAILED;
     }
     l->err = ring_init(h, PyBytes_AS_STRING(l->layout->descriptor),
                        (uint32_t)PyBytes_GET_SIZE(l->layout->descriptor),
@@ -1514,6 +1518,43 @@ PyDoc_STRVAR(SeqRing_read_last_doc,
 "and raises RuntimeError only if the head goes back (the ring rewound)\n"
 "while it copies.");
 
+/* After out's buffer was refused: a non-buffer's TypeError and a
+ * read-only one's (numpy's ValueError, bytes' BufferError) say which out
+ * to give; any other exception (user code's, say) is left as it is. */
+static void
+refuse_out_buffer(PyObject *out)
+{
+    if (PyErr_ExceptionMatches(PyExc_TypeError)
+        && !PyObject_CheckBuffer(out)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be an array of ring.dtype "
+                     "(numpy.empty(n, ring.dtype)), not %.100s",
+                     Py_TYPE(out)->tp_name);
+        return;
+    }
+    PyObject *type = PyErr_ExceptionMatches(PyExc_BufferError)
+                         ? PyExc_BufferError
+                     : PyErr_ExceptionMatches(PyExc_ValueError)
+                         ? PyExc_ValueError
+                         : NULL;
+    if (type == NULL) {
+        return;
+    }
+    PyObject *exc = PyErr_GetRaisedException();
+    PyErr_Format(type,
+                 "read_last()'s out must be a writable array of ring.dtype "
+                 "(numpy.empty(n, ring.dtype)): %S", exc);
+    PyObject *mine = PyErr_GetRaisedException();
+    if (mine != NULL) {
+        PyException_SetCause(mine, exc); /* steals exc */
+        PyErr_SetRaisedException(mine);
+    }
+    else {
+        Py_DECREF(exc);
+    }
+}
+
 static PyObject *
 SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -1554,6 +1595,7 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
     }
     Py_buffer view;
     if (PyObject_GetBuffer(array, &view, PyBUF_RECORDS) < 0) {
+        refuse_out_buffer(array);
         Py_DECREF(array);
         return NULL;
     }
@@ -1568,13 +1610,37 @@ SeqRing_read_last(SeqRingObject *self, PyObject *args, PyObject *kwargs)
                      "bytes", view.ndim, view.itemsize, eb);
         goto done;
     }
+    if (!PyBuffer_IsContiguous(&view, 'C')) {
+        PyErr_SetString(PyExc_ValueError,
+                        "read_last()'s out must be C-contiguous: this one "
+                        "is strided (give numpy.empty(n, ring.dtype))");
+        goto done;
+    }
     if (buffer_fits_record(self->layout, &view) < 0) {
+        /* its message is read_into()'s advice */
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be an array of ring.dtype "
+                     "(numpy.empty(n, ring.dtype)): its items have format "
+                     "'%s', not the ring's %R",
+                     view.format == NULL ? "B" : view.format,
+                     self->layout->format);
         goto done;
     }
     if ((size_t)view.len < (size_t)n * eb) {
         PyErr_Format(PyExc_ValueError,
-                     "out has room for %zd entries, %zd asked for",
-                     (Py_ssize_t)((size_t)view.len / eb), n);
+                     "read_last()'s out has room for %zd entries, %zd "
+                     "asked for: give numpy.empty(%zd, ring.dtype), or ask "
+                     "for fewer", (Py_ssize_t)((size_t)view.len / eb), n, n);
+        goto done;
+    }
+    if (Py_TYPE(array)->tp_as_mapping == NULL
+        || Py_TYPE(array)->tp_as_mapping->mp_subscript == NULL) {
+        /* the rows returned are out[:got]: refused before it is filled */
+        PyErr_Format(PyExc_TypeError,
+                     "read_last()'s out must be an array of ring.dtype "
+                     "(numpy.empty(n, ring.dtype)) or a memoryview of one: "
+                     "%.100s cannot be sliced into its rows",
+                     Py_TYPE(array)->tp_name);
         goto done;
     }
     if (refuse_open_memory("read_last()", view.buf, (size_t)n * eb) < 0) {

@@ -235,14 +235,28 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
         return EINVAL;
     }
     /* A takeover that fails gives the word back to the holder it took it
-     * from: the holder's record of itself goes back with it. */
+     * from: a record naming that holder goes back with it (a word its
+     * record does not name is a stuck state: "Stuck locks"). */
+    if (SEQLOCK_UNLIKELY(t->identity == IDENTITY_UNKNOWN)) {
+        /* /proc read before the word is won: between the win and the
+         * record no system call ("Stuck locks") */
+        (void)seqlock_know_myself_(t);
+    }
     struct seqlock_owner theirs;
-    int have_theirs = takeover && seqlock_read_owner_(sl, &theirs);
+    int have_theirs = takeover;
+    if (takeover) {
+        seqlock_owner_of_(sl, h, &theirs);
+    }
     if (!atomic_compare_exchange_strong_explicit(
             &sl->holder, &h, me, memory_order_acquire, memory_order_relaxed)) {
         return EBUSY; /* another taker came first */
     }
-    seqlock_publish_owner_(sl, t, me);
+    /* Held up here long enough, we were taken over: the taker's record
+     * stays (the word is its now). */
+    if (SEQLOCK_LIKELY(atomic_load_explicit(&sl->holder, memory_order_relaxed)
+                       == me)) {
+        seqlock_publish_owner_(sl, t, me);
+    }
     atomic_fetch_add_explicit(&sl->gaps, 1, memory_order_relaxed);
     err = pthread_mutex_trylock(&sl->beacon);
     if (err == 0 || err == EOWNERDEAD) {
@@ -303,6 +317,10 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
  *   beacon after all (as above), about to give the word back.  Its mover
  *   is h (the beacon's holder, whose gap h took for a dead holder's, may
  *   live where /proc cannot show it).
+ * - The word held by a token the owner record does not name (in any
+ *   namespace), the beacon held: a taker between winning the word and
+ *   recording itself, or a failed taker-over between putting its
+ *   holder's record back and the word.  Its mover is named nowhere.
  * - The word and the beacon held by h, recorded in our namespace, and
  *   /proc says h is gone: never honest (the kernel marks a dying
  *   holder's beacon before its thread is seen gone).
@@ -321,9 +339,10 @@ try_lock_word(struct lock_thread *t, seqlock_t *sl, uint64_t me,
  * goes on when it runs.  An honest lock is called corrupt only if its
  * mover is held up where /proc cannot show it (in another PID namespace;
  * frozen by a cgroup freezer, which /proc shows asleep) for STUCK_NS: a
- * first taker setting a SEQLOCK_UNLOCKED lock up, or a taker held up
- * twice, at two exact instructions.  A lock held by a holder we cannot
- * look at (recorded in another namespace, or not at all) is waited for as
+ * first taker setting a SEQLOCK_UNLOCKED lock up, a taker held up
+ * twice, at two exact instructions, or one held up between winning the
+ * word and recording itself.  A lock held by a holder we cannot
+ * look at (recorded in another namespace) is waited for as
  * long as it is held: a live writer in another namespace looks just so;
  * as are words forged to name one live thread of ours as a holder.
  */

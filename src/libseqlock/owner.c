@@ -190,6 +190,12 @@ know_myself(struct lock_thread *t)
     return t->identity == IDENTITY_KNOWN;
 }
 
+int
+seqlock_know_myself_(struct lock_thread *t)
+{
+    return know_myself(t);
+}
+
 /* Say who holds the word (seqlock_t.owner).  The token is written last,
  * after a 0 and a release fence, so a reader that sees the same token
  * before and after reading the rest (an acquire fence between) read this
@@ -225,6 +231,18 @@ seqlock_read_owner_(const seqlock_t *sl, struct seqlock_owner *o)
     atomic_init(&o->token, token);
     return token != 0
            && atomic_load_explicit(&r->token, memory_order_relaxed) == token;
+}
+
+void
+seqlock_owner_of_(const seqlock_t *sl, uint64_t h, struct seqlock_owner *o)
+{
+    if (seqlock_read_owner_(sl, o) && atomic_load(&o->token) == h) {
+        return;
+    }
+    atomic_init(&o->token, h);
+    atomic_init(&o->pid_ns, NS_UNAVAILABLE);
+    atomic_init(&o->started, 0);
+    atomic_init(&o->tid, 0);
 }
 
 /* Just after winning the word: say that we hold it, and who we are.  A
@@ -414,8 +432,9 @@ stuck_kind_of(const seqlock_t *sl, struct stuck_watch *key)
     key->beacon = beacon_key_of(word);
     struct seqlock_owner o;
     uint64_t ns = pid_namespace();
-    int ours = ns != NS_UNAVAILABLE && seqlock_read_owner_(sl, &o)
-               && atomic_load(&o.pid_ns) == ns;
+    int whole = seqlock_read_owner_(sl, &o);
+    int ours = ns != NS_UNAVAILABLE && whole && atomic_load(&o.pid_ns) == ns;
+    uint64_t named = whole ? atomic_load(&o.token) : 0; /* any namespace */
     uint64_t token = ours ? atomic_load(&o.token) : 0;
     uint32_t recorded = ours ? atomic_load(&o.tid) : 0;
     uint64_t recorded_start = ours ? atomic_load(&o.started) : 0;
@@ -447,8 +466,18 @@ stuck_kind_of(const seqlock_t *sl, struct stuck_watch *key)
                 key->started = 0;
                 kind = ITS_TO_END;
             }
+            else if (named != key->holder) {
+                /* A word the owner record does not name, in any
+                 * namespace: honest only between a taker's win and its
+                 * record, written just after (or a failed taker-over's
+                 * giving back: the record first, then the word).  Its
+                 * mover's id is nowhere: nobody we can look at. */
+                key->mover = 0;
+                key->started = 0;
+                kind = ITS_TO_END;
+            }
             else if (token != key->holder) {
-                kind = NOT_STUCK;
+                kind = NOT_STUCK; /* recorded in another namespace */
             }
             else {
                 /* Its recorded holder holds the beacon, or is in its

@@ -10,6 +10,10 @@
 
 #define INITIALISING 1u /* `ready` while a first taker sets the beacon up */
 
+/* Learn this thread's identity for its owner records (reads /proc once
+ * per thread): before winning a word, so that recording itself after
+ * makes no system call. */
+SEQLOCK_INTERNAL int seqlock_know_myself_(struct lock_thread *t);
 /* Just after winning the word: say that we hold it, and who we are. */
 SEQLOCK_INTERNAL void seqlock_publish_owner_(seqlock_t *sl,
                                              struct lock_thread *t,
@@ -17,6 +21,12 @@ SEQLOCK_INTERNAL void seqlock_publish_owner_(seqlock_t *sl,
 /* The owner record as it stands, read seqlock-style; 0 if torn. */
 SEQLOCK_INTERNAL int seqlock_read_owner_(const seqlock_t *sl,
                                          struct seqlock_owner *o);
+/* Holder h's record, to put back if a takeover of h fails: the record
+ * as it stands if it names h, else one naming h and nothing more (h was
+ * held up before it recorded itself; waiters then wait for h as for a
+ * holder they cannot look at). */
+SEQLOCK_INTERNAL void seqlock_owner_of_(const seqlock_t *sl, uint64_t h,
+                                        struct seqlock_owner *o);
 /* Put an owner record back (a takeover that failed). */
 SEQLOCK_INTERNAL void seqlock_write_owner_(seqlock_t *sl,
                                            const struct seqlock_owner *o);

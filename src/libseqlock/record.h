@@ -54,6 +54,9 @@
 #include <assert.h>
 
 #define RECORD_MAGIC 0x52514553u /* "SEQR" little-endian */
+/* magic while record_lay_out_over() lays a record out, holding its lock:
+ * attach() finds no record, create() an existing one */
+#define RECORD_LAYING_OUT 0x6F514553u /* "SEQo" */
 /* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch;
  * 4: the lock records its holder's PID namespace; 5: lock_abi hashes every
  * offset of seqlock_t.  A new layout of the header or of seqlock_t is a new
@@ -187,6 +190,70 @@ record_init(record_header *h, const char *layout, uint32_t layout_bytes,
     }
     memcpy((char *)h + RECORD_HEADER_SIZE, layout, layout_bytes);
     atomic_store_explicit(&h->magic, RECORD_MAGIC, memory_order_release);
+    return 0;
+}
+
+/* Zero n words others may be reading (relaxed stores, as copies are
+ * written). */
+static inline void
+record_zero_words(seqlock_word_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        atomic_store_explicit(&w[i], 0, memory_order_relaxed);
+    }
+}
+
+/**
+ * record_lay_out_over - lay a record out, as record_init() does, over
+ * memory of record_size() bytes that may hold a record in use
+ * (create(overwrite=True)): a lock this library can take is taken first,
+ * without waiting, and held while the rest is laid out, so no writer is
+ * inside it meanwhile, and given back after (never re-initialised under
+ * its waiters).  magic is RECORD_LAYING_OUT meanwhile (an attach() finds
+ * no record, a create() one in use; a layer-out that dies leaves it: the
+ * next create(overwrite=True) takes its lock over), and
+ * readers of a record of this geometry read its last state until the
+ * zeroes are committed as one section.  A lock this library cannot take
+ * (another version or lock ABI, or words not a set-up lock's) is laid out
+ * anew, unless its word says it is held.
+ * Returns 0, EBUSY (its lock is held: by another thread, or this one),
+ * EINVAL (the lock's words are corrupted) or seqlock_init()'s error.
+ */
+static inline int
+record_lay_out_over(record_header *h, const char *layout,
+                    uint32_t layout_bytes, uint32_t data_bytes)
+{
+    if (h->version != RECORD_VERSION || h->lock_abi != RECORD_LOCK_ABI
+        || seqlock_check(&h->lock) != 0) {
+        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
+            != 0) {
+            return EBUSY;
+        }
+        return record_init(h, layout, layout_bytes, data_bytes);
+    }
+    int err = seqlock_lock_excl_timed(&h->lock, 0);
+    if (err != 0 && err != EOWNERDEAD) {
+        return err == ETIMEDOUT || err == EDEADLK ? EBUSY : err;
+    }
+    atomic_store_explicit(&h->magic, RECORD_LAYING_OUT, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* before the rest */
+    record_view v = record_view_of(h, layout_bytes, data_bytes);
+    (void)seqlock_open_section(&h->lock); /* readers: copy 1 */
+    /* version and lock_abi stay (ours): a layer-out that dies here
+     * leaves a lock the next one can take over */
+    memset((char *)h + offsetof(record_header, recoveries), 0,
+           offsetof(record_header, lock)
+               - offsetof(record_header, recoveries));
+    h->data_bytes = data_bytes;
+    h->layout_bytes = layout_bytes;
+    char *after_lock = (char *)(&h->lock + 1);
+    memset(after_lock, 0, (size_t)((char *)v.copy[0] - after_lock));
+    memcpy((char *)h + RECORD_HEADER_SIZE, layout, layout_bytes);
+    record_zero_words(v.copy[0], v.words);
+    (void)seqlock_close_section(&h->lock); /* readers: copy 0, zeroed */
+    record_zero_words(v.copy[1], v.words);
+    atomic_store_explicit(&h->magic, RECORD_MAGIC, memory_order_release);
+    (void)seqlock_unlock(&h->lock);
     return 0;
 }
 

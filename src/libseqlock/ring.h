@@ -78,6 +78,8 @@
 #include <stdint.h>
 
 #define RING_MAGIC 0x42514553u /* "SEQB" little-endian */
+/* magic while ring_lay_out_over() lays a ring out, holding its lock */
+#define RING_LAYING_OUT 0x6F474E52u
 /* 1: this layout.  A new layout of the header, of a slot or of seqlock_t
  * is a new version: the static_asserts below pin version 1's. */
 #define RING_VERSION 1u
@@ -272,6 +274,59 @@ ring_init(void *memory, const char *layout, uint32_t layout_bytes,
     }
     memcpy((char *)h + RING_HEADER_SIZE, layout, layout_bytes);
     atomic_store_explicit(&h->magic, RING_MAGIC, memory_order_release);
+    return 0;
+}
+
+/**
+ * ring_lay_out_over - lay a ring out, as ring_init() does, over memory of
+ * ring_size() bytes that may hold a ring in use (create(overwrite=True)):
+ * as record_lay_out_over(), its lock taken without waiting and held while
+ * the rest is laid out (magic RING_LAYING_OUT meanwhile: an attach()
+ * finds no ring, a create() one in use; no
+ * append is inside it), given back after.  Readers see every slot empty
+ * and the head gone back (the ring rewound).
+ * Returns 0, EBUSY (its lock is held), EINVAL (no geometry, or the lock's
+ * words are corrupted) or seqlock_init()'s error.
+ */
+static inline int
+ring_lay_out_over(void *memory, const char *layout, uint32_t layout_bytes,
+                  uint32_t entry_bytes, uint64_t capacity)
+{
+    size_t size = ring_size(layout_bytes, entry_bytes, capacity);
+    if (size == 0) {
+        return EINVAL;
+    }
+    ring_header *h = (ring_header *)memory;
+    if (h->version != RING_VERSION || h->lock_abi != RING_LOCK_ABI
+        || seqlock_check(&h->lock) != 0) {
+        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
+            != 0) {
+            return EBUSY;
+        }
+        return ring_init(memory, layout, layout_bytes, entry_bytes, capacity);
+    }
+    int err = seqlock_lock_excl_timed(&h->lock, 0);
+    if (err != 0 && err != EOWNERDEAD) {
+        return err == ETIMEDOUT || err == EDEADLK ? EBUSY : err;
+    }
+    atomic_store_explicit(&h->magic, RING_LAYING_OUT, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* before the rest */
+    /* version and lock_abi stay (ours), as in record_lay_out_over() */
+    memset((char *)h + offsetof(ring_header, recoveries), 0,
+           offsetof(ring_header, lock) - offsetof(ring_header, recoveries));
+    h->entry_bytes = entry_bytes;
+    h->layout_bytes = layout_bytes;
+    h->capacity = capacity;
+    char *after_lock = (char *)(&h->lock + 1);
+    char *head = (char *)memory + ring_head_offset(layout_bytes);
+    memset(after_lock, 0, (size_t)(head - after_lock));
+    memcpy((char *)h + RING_HEADER_SIZE, layout, layout_bytes);
+    /* the head line and the slots: words readers load */
+    record_zero_words((seqlock_word_t *)head,
+                      (size - (size_t)(head - (char *)memory))
+                          / SEQLOCK_WORD_SIZE);
+    atomic_store_explicit(&h->magic, RING_MAGIC, memory_order_release);
+    (void)seqlock_unlock(&h->lock);
     return 0;
 }
 
