@@ -35,7 +35,7 @@ STATS = dict(served="q", ok="q", failed="q", p99_ms="d")
 PARKED = [0, 0]                          # requests in wait_async: now, at most
 
 
-def worker(name: str, stop: multiprocessing.synchronize.Event) -> None:
+def worker(name: str, stop: multiprocessing.synchronize.Event, period: float) -> None:
     """The process that does the work and publishes its statistics."""
     with SeqRecord.attach_shared(name) as rec:
         served = ok = 0
@@ -43,7 +43,7 @@ def worker(name: str, stop: multiprocessing.synchronize.Event) -> None:
             served += 10
             ok += 9
             rec.update(served=served, ok=ok, failed=served - ok, p99_ms=1.5 + served % 7)
-            time.sleep(0.5)
+            time.sleep(period)
 
 
 async def handle(rec: SeqRecord, reader: asyncio.StreamReader,
@@ -86,9 +86,12 @@ async def long_poll(port: int, after: int) -> dict:
 
 
 async def client(port: int, deadline: float, tally: dict) -> None:
-    """A long-polling client: each answer's seq is its next request's after."""
-    after = 0
-    while time.monotonic() < deadline:
+    """A long-polling client: each answer's seq is its next request's after.
+    At least two polls, however slow the machine: the second one waits for
+    news (its after is the newest seq), so requests do park."""
+    after = polls = 0
+    while time.monotonic() < deadline or polls < 2:
+        polls += 1
         stats = await long_poll(port, after)
         tally["answers"] += 1
         tally["inconsistent"] += stats["served"] != stats["ok"] + stats["failed"]
@@ -122,13 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--period", type=float, default=0.5,
+                        help="seconds between the worker's updates")
     args = parser.parse_args(argv)
 
     ctx = multiprocessing.get_context("spawn")
     name = f"stats-service-{os.getpid()}"
     with SeqRecord.create_shared(name, **STATS) as rec:   # unlinked when closed
         stop = ctx.Event()
-        feeder = ctx.Process(target=worker, args=(name, stop))
+        feeder = ctx.Process(target=worker, args=(name, stop, args.period))
         feeder.start()
         try:
             seq, _ = rec.read_versioned()

@@ -50,7 +50,10 @@ def test_the_market_feeds_strategy_processes_react_to_every_tick_through_the_rin
 
 
 def test_the_stats_services_long_polls_are_answered_on_a_handful_of_threads():
-    out = run("stats_service.py", "--clients", "500", "--seconds", "1")
+    # Updates 2 s apart: every client's second poll waits for news even
+    # where a round of 500 answers takes most of a second (a loaded machine
+    # answered each poll late, with news already there: none parked).
+    out = run("stats_service.py", "--clients", "500", "--seconds", "1", "--period", "2")
     assert "every answer was one consistent, newer snapshot" in out
     assert number(r"([\d,]+) long-poll answers", out) >= 500
     # The threads are counted while requests are parked in wait_async: the
