@@ -14,6 +14,10 @@ declared by keywords and on one declared by a typing.NamedTuple:
     reader_into()     into = rec.reader_into(buf), then into()
     snapshot attrs    s = read(), then s.x, s.y, s.z, s.u, s.v
     ring poll()       a reader of the thread's own: poll = reader.poll
+    unpack, shared    read_into(buf), then .unpack_from(buf) of one
+                      struct.Struct all threads share, taken from a
+                      module global each call
+    unpack, own       the same with the thread's own struct.Struct
 
 and the reference: pure local work, a Python loop that builds a tuple of
 5 fresh floats from the thread's own locals (what read() makes, from
@@ -34,6 +38,7 @@ fails the run; on a GIL build nothing scales and the table says so.
 
 import os
 import statistics
+import struct
 import sys
 import threading
 import time
@@ -129,6 +134,42 @@ def idiom_ring_poll(rec, ring, seconds):
     return n, t0, clock()
 
 
+# A struct.Struct of the record's format every thread shares, as a module
+# global: what docs/free-threading.md warns about.
+SHARED = {}
+
+
+def idiom_unpack_shared(rec, ring, seconds):
+    f = rec.read_into
+    buf = bytearray(rec.nbytes)
+    rng = range(CHUNK)
+    clock = time.perf_counter
+    n, t0 = 0, clock()
+    until = t0 + seconds
+    while clock() < until:
+        for _ in rng:
+            f(buf)
+            SHARED[rec.format].unpack_from(buf)
+        n += CHUNK
+    return n, t0, clock()
+
+
+def idiom_unpack_own(rec, ring, seconds):
+    f = rec.read_into
+    buf = bytearray(rec.nbytes)
+    unpack = struct.Struct(rec.format).unpack_from
+    rng = range(CHUNK)
+    clock = time.perf_counter
+    n, t0 = 0, clock()
+    until = t0 + seconds
+    while clock() < until:
+        for _ in rng:
+            f(buf)
+            unpack(buf)
+        n += CHUNK
+    return n, t0, clock()
+
+
 def local_work(rec, ring, seconds):
     x, y, z, u, v = 1.0, 2.0, 3.0, 4.0, 5.0
     rng = range(CHUNK)
@@ -148,6 +189,8 @@ IDIOMS = {
     "reader_into()": idiom_reader_into,
     "snapshot attrs": idiom_snapshot_attrs,
     "ring poll()": idiom_ring_poll,
+    "unpack, shared": idiom_unpack_shared,
+    "unpack, own": idiom_unpack_own,
 }
 LOCAL = "local work"
 RECORDS = ("keywords", "NamedTuple")
@@ -155,8 +198,11 @@ RECORDS = ("keywords", "NamedTuple")
 
 def make_shared(record):
     if record == "keywords":
-        return SeqRecord(**FIELDS), SeqRing(256, **FIELDS)
-    return SeqRecord(Point), SeqRing(256, Point)
+        rec, ring = SeqRecord(**FIELDS), SeqRing(256, **FIELDS)
+    else:
+        rec, ring = SeqRecord(Point), SeqRing(256, Point)
+    SHARED[rec.format] = struct.Struct(rec.format)
+    return rec, ring
 
 
 def run_threads(fn, rec, ring, nthreads, seconds):

@@ -12,7 +12,8 @@ import pytest
 
 from process_helpers import run_benchmark_quick
 
-IDIOMS = ["read()", "read_into(buf)", "reader_into()", "snapshot attrs", "ring poll()"]
+IDIOMS = ["read()", "read_into(buf)", "reader_into()", "snapshot attrs", "ring poll()",
+          "unpack, shared", "unpack, own"]
 RECORDS = ["keywords", "NamedTuple"]
 
 
