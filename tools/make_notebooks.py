@@ -286,7 +286,7 @@ nothing scales at all: the outputs stored here may come from such a run;
 re-run on an idle machine to see the scaling (the benchmark results in
 `benchmarks/results/` record the load they were measured at)."""),
     ("code", """\
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(10, 4))
 for n in ran:
     ys = [by[n, k]["reads_per_s"]["median"] / 1e6 for k in THREADS]
     ax.plot(THREADS, ys, "-o" if n.startswith("Seq") else "--o", label=n,
@@ -296,7 +296,8 @@ ax.set_yscale("log"); ax.set_xticks(THREADS); ax.grid(True, which="both", alpha=
 info = result["interpreter"]
 ax.set_title(f"Python {info['python']}{' free-threaded' if info['free_threaded'] else ''}, "
              f"{info['cpu_count']} CPUs: 4-number snapshot, writer at ~1 kHz")
-ax.legend(fontsize=8); plt.tight_layout(); plt.show()
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the plot: no line hidden
+plt.tight_layout(); plt.show()
 for n in ran:
     e = by[n, THREADS[-1]]
     print(f"{n:<48} scaling 1->{THREADS[-1]}: {e['scaling_from_1']:.2f}x   "
@@ -313,13 +314,14 @@ waits, so its writer waits milliseconds, longer with more readers;
 `threading.Lock` is not fair either. On a busy shared machine the lock
 numbers jump between runs; the order of magnitude is what holds."""),
     ("code", """\
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, ax = plt.subplots(figsize=(10, 4))
 for n in ran:
     ys = [by[n, k]["write_latency_p99_us"] for k in THREADS]
     ax.plot(THREADS, ys, "-o" if n.startswith("Seq") else "--o", label=n)
 ax.set_xlabel("reader threads"); ax.set_ylabel("writer p99 (µs, log)")
 ax.set_yscale("log"); ax.set_xticks(THREADS); ax.grid(True, which="both", alpha=.3)
-ax.legend(fontsize=8); plt.tight_layout(); plt.show()
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the plot: no line hidden
+plt.tight_layout(); plt.show()
 print(f"{'contender':<48}" + "".join(f"{f'p99 {k} rd':>13}" for k in THREADS))
 for n in ran:
     print(f"{n:<48}" + "".join(f"{by[n, k]['write_latency_p99_us']:11.1f}us" for k in THREADS))"""),
