@@ -64,74 +64,55 @@ class Point(NamedTuple):
 
 
 # Each idiom runs in its thread: set-up first (the thread's own bound
-# method, buffer or reader), then calls until the deadline.  Returns the
-# calls made and the clock at the first and after the last.
+# method, buffer or reader), then calls until the deadline (run_for()).
+# Returns the calls made and the clock at the first and after the last.
+# A chunk takes what it calls as default arguments: fast locals.
 
-def idiom_read(rec, ring, seconds):
-    read = rec.read
-    rng = range(CHUNK)
+def run_for(seconds, chunk):
+    """chunk() (CHUNK calls) again and again for seconds."""
     clock = time.perf_counter
     n, t0 = 0, clock()
     until = t0 + seconds
     while clock() < until:
-        for _ in rng:
-            read()
+        chunk()
         n += CHUNK
     return n, t0, clock()
+
+
+def idiom_read(rec, ring, seconds):
+    def chunk(read=rec.read, rng=range(CHUNK)):
+        for _ in rng:
+            read()
+    return run_for(seconds, chunk)
 
 
 def idiom_read_into(rec, ring, seconds):
-    f = rec.read_into
-    buf = bytearray(rec.nbytes)
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(f=rec.read_into, buf=bytearray(rec.nbytes), rng=range(CHUNK)):
         for _ in rng:
             f(buf)
-        n += CHUNK
-    return n, t0, clock()
+    return run_for(seconds, chunk)
 
 
 def idiom_reader_into(rec, ring, seconds):
-    into = rec.reader_into(bytearray(rec.nbytes))
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(into=rec.reader_into(bytearray(rec.nbytes)), rng=range(CHUNK)):
         for _ in rng:
             into()
-        n += CHUNK
-    return n, t0, clock()
+    return run_for(seconds, chunk)
 
 
 def idiom_snapshot_attrs(rec, ring, seconds):
-    read = rec.read
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(read=rec.read, rng=range(CHUNK)):
         for _ in rng:
             s = read()
             s.x, s.y, s.z, s.u, s.v
-        n += CHUNK
-    return n, t0, clock()
+    return run_for(seconds, chunk)
 
 
 def idiom_ring_poll(rec, ring, seconds):
-    poll = ring.reader().poll
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(poll=ring.reader().poll, rng=range(CHUNK)):
         for _ in rng:
             poll()
-        n += CHUNK
-    return n, t0, clock()
+    return run_for(seconds, chunk)
 
 
 # A struct.Struct of the record's format every thread shares, as a module
@@ -140,47 +121,28 @@ SHARED = {}
 
 
 def idiom_unpack_shared(rec, ring, seconds):
-    f = rec.read_into
-    buf = bytearray(rec.nbytes)
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(f=rec.read_into, buf=bytearray(rec.nbytes), fmt=rec.format,
+              rng=range(CHUNK)):
         for _ in rng:
             f(buf)
-            SHARED[rec.format].unpack_from(buf)
-        n += CHUNK
-    return n, t0, clock()
+            SHARED[fmt].unpack_from(buf)
+    return run_for(seconds, chunk)
 
 
 def idiom_unpack_own(rec, ring, seconds):
-    f = rec.read_into
-    buf = bytearray(rec.nbytes)
-    unpack = struct.Struct(rec.format).unpack_from
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(f=rec.read_into, buf=bytearray(rec.nbytes),
+              unpack=struct.Struct(rec.format).unpack_from, rng=range(CHUNK)):
         for _ in rng:
             f(buf)
             unpack(buf)
-        n += CHUNK
-    return n, t0, clock()
+    return run_for(seconds, chunk)
 
 
 def local_work(rec, ring, seconds):
-    x, y, z, u, v = 1.0, 2.0, 3.0, 4.0, 5.0
-    rng = range(CHUNK)
-    clock = time.perf_counter
-    n, t0 = 0, clock()
-    until = t0 + seconds
-    while clock() < until:
+    def chunk(x=1.0, y=2.0, z=3.0, u=4.0, v=5.0, rng=range(CHUNK)):
         for _ in rng:
             (x + 1.0, y + 1.0, z + 1.0, u + 1.0, v + 1.0)
-        n += CHUNK
-    return n, t0, clock()
+    return run_for(seconds, chunk)
 
 
 IDIOMS = {
