@@ -6,6 +6,7 @@ Skipped where valgrind is not installed.
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ CALLS = ["empty loop", "empty call", "read_into", "reader_into", "read",
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+@pytest.mark.skipif("asan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="valgrind cannot run a process with AddressSanitizer preloaded")
 @pytest.mark.timeout(600)
 def test_callgrind_budget_prints_a_row_for_each_call(tmp_path):
     out = tmp_path / "callgrind.json"
