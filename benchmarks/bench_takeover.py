@@ -123,10 +123,11 @@ TIMEOUT = 10.0            # a child's line, a takeover
 CASES = ("update", "section", "hold", "update/alone")
 CLASSES = ("free", "beacon", "gap 1", "gap 2", "other")
 
-# The record's header words (src/libseqlock/record.h, version 3, x86-64 glibc; the
-# same in both builds): tests/record_helpers.py's HEADER_OFFSETS.
-WORDS = {"sequence": (64, "Q"), "holder": (80, "Q"), "starving": (88, "Q"),
-         "gaps": (96, "Q"), "ready": (104, "I"), "beacon": (112, "I")}
+# The record's header words (src/libseqlock/record.h, version 6, x86-64 glibc;
+# the --old build must be of the same layout version):
+# tests/record_helpers.py's HEADER_OFFSETS.
+WORDS = {"sequence": (64, "Q"), "holder": (192, "Q"), "starving": (200, "Q"),
+         "gaps": (208, "Q"), "ready": (216, "I"), "beacon": (224, "I")}
 FUTEX_WAITERS = 0x80000000
 FUTEX_OWNER_DIED = 0x40000000
 FUTEX_TID_MASK = 0x3FFFFFFF

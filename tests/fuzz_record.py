@@ -62,8 +62,10 @@ from pathlib import Path
 # ---- the record's words ----
 
 #: name -> (offset, width in bytes, signed).  The header's first cache line,
-#: the seqlock_t from 64 (glibc's pthread_mutex_t "beacon" from 112), its
-#: padding to 192; the layout text follows at 192, then copy 0 and copy 1.
+#: the seqlock_t from 64 (its count and wake_from alone on 128 bytes, the
+#: lock word from 192, glibc's pthread_mutex_t "beacon" from 224), its
+#: padding to 320; the layout text follows at 320, then copy 0 and copy 1,
+#: each from a multiple of 128 (record.h, version 6).
 WORDS = {
     "magic": (0, 4, False),
     "version": (4, 4, False),
@@ -75,28 +77,30 @@ WORDS = {
     "reserved9": (60, 4, False),
     "sequence": (64, 8, False),
     "wake_from": (72, 8, False),
-    "holder": (80, 8, False),
-    "starving": (88, 8, False),
-    "gaps": (96, 8, False),
-    "ready": (104, 4, False),
-    "abandoned": (108, 4, False),
-    "beacon.lock": (112, 4, True),
-    "beacon.count": (116, 4, False),
-    "beacon.owner": (120, 4, True),
-    "beacon.nusers": (124, 4, False),
-    "beacon.kind": (128, 4, True),
-    "beacon.spins": (132, 4, False),
-    "beacon.list_prev": (136, 8, False),
-    "beacon.list_next": (144, 8, False),
-    "owner_token": (152, 8, False),
-    "owner_pid_ns": (160, 8, False),
-    "owner_started": (168, 8, False),
-    "owner_tid": (176, 4, False),
-    "lock_pad": (184, 8, False),
+    "count_line": (80, 8, False),
+    "holder": (192, 8, False),
+    "starving": (200, 8, False),
+    "gaps": (208, 8, False),
+    "ready": (216, 4, False),
+    "abandoned": (220, 4, False),
+    "beacon.lock": (224, 4, True),
+    "beacon.count": (228, 4, False),
+    "beacon.owner": (232, 4, True),
+    "beacon.nusers": (236, 4, False),
+    "beacon.kind": (240, 4, True),
+    "beacon.spins": (244, 4, False),
+    "beacon.list_prev": (248, 8, False),
+    "beacon.list_next": (256, 8, False),
+    "owner_token": (264, 8, False),
+    "owner_pid_ns": (272, 8, False),
+    "owner_started": (280, 8, False),
+    "owner_tid": (288, 4, False),
+    "lock_pad": (296, 8, False),
 }
-HEADER_SIZE = 192
+HEADER_SIZE = 320
 RECORD_ALIGN = 64
-BEACON = (112, 152)  # the pthread_mutex_t's bytes
+COPY_LINE = 128
+BEACON = (224, 264)  # the pthread_mutex_t's bytes
 # What a writer trusts co-writers with (docs/implementation.md, "Whom a
 # writer trusts"): glibc's robust-list links inside the beacon, which its
 # unlock follows, and the beacon's word, where a value that reads as the
@@ -105,7 +109,7 @@ BEACON = (112, 152)  # the pthread_mutex_t's bytes
 # reads again after the writer's check (another kind takes glibc down
 # paths that assert).  A writer's crash is tolerated only while a
 # co-tenant rewrites these.
-TRUSTED = ((112, 116), (128, 132), (136, 152))
+TRUSTED = ((224, 228), (240, 244), (248, 264))
 SEQLOCK_READY = 0x59444552
 FUTEX_WAITERS = 0x80000000
 FUTEX_OWNER_DIED = 0x40000000
@@ -136,9 +140,9 @@ def geometry(fields):
     record size) as the creator lays them out."""
     lb = len(layout_text(fields).encode())
     db = data_bytes(fields)
-    words = (db + 7) // 8
-    c0 = HEADER_SIZE + _round_up(lb, RECORD_ALIGN)
-    return lb, db, c0, c0 + 8 * words, c0 + 16 * words
+    stride = _round_up(db, COPY_LINE)
+    c0 = _round_up(HEADER_SIZE + _round_up(lb, RECORD_ALIGN), COPY_LINE)
+    return lb, db, c0, c0 + stride, c0 + 2 * stride
 
 
 def word_name_at(fields, offset):
@@ -789,7 +793,9 @@ def normalise_case(case):
     case.setdefault("seed", 0)
     case.setdefault("writes", [])
     for w in case["writes"]:
-        if "offset" not in w:
+        # A write that names a word takes the word's offset in this
+        # layout: a corpus case means the word, wherever a version puts it.
+        if "offset" not in w or w.get("word") in WORDS:
             w["offset"], w["width"], _ = WORDS[w["word"]]
         w.setdefault("word", word_name_at(case["fields"], w["offset"]))
         if w["when"] == "during" and "values" not in w:

@@ -309,8 +309,12 @@ def process_die_in_write_section(name):
 
 # ---- the record's words, for tests that play a co-tenant ----
 
+#: The layout versions this build writes and reads (record.h, ring.h).
+RECORD_VERSION = 6
+RING_VERSION = 2
+
 #: Byte offsets of a record's header words from the start of its buffer:
-#: the version-5 layout of src/libseqlock/record.h (record_header, then its seqlock_t
+#: the version-6 layout of src/libseqlock/record.h (record_header, then its seqlock_t
 #: and the glibc pthread_mutex_t beacon in it), on x86-64 Linux with glibc.
 #: Tests that scribble on a live record write these words through another
 #: mapping, or through the buffer itself, as a co-tenant with write access
@@ -322,29 +326,30 @@ HEADER_OFFSETS = {
     "layout_bytes": (12, "I"),
     "lock_abi": (16, "I"),
     "recoveries": (20, "I"),
-    # the seqlock_t, from the second cache line
+    # the seqlock_t, from the second cache line: its count and the
+    # sleepers' announcement alone on 128 bytes, then the lock's words
     "sequence": (64, "Q"),
     "wake_from": (72, "Q"),
-    "holder": (80, "Q"),       # the holder's 64-bit token
-    "starving": (88, "Q"),
-    "gaps": (96, "Q"),
-    "ready": (104, "I"),       # READY_WORD once set up; 1: "initialising"
-    "abandoned": (108, "I"),   # 1: an open section nobody can finish
+    "holder": (192, "Q"),       # the holder's 64-bit token
+    "starving": (200, "Q"),
+    "gaps": (208, "Q"),
+    "ready": (216, "I"),       # READY_WORD once set up; 1: "initialising"
+    "abandoned": (220, "I"),   # 1: an open section nobody can finish
     # the beacon: a robust, process-shared glibc pthread_mutex_t (40 bytes)
-    "beacon_lock": (112, "I"),   # holder's tid | FUTEX_WAITERS | FUTEX_OWNER_DIED
-    "beacon_count": (116, "I"),
-    "beacon_owner": (120, "I"),
-    "beacon_nusers": (124, "I"),
-    "beacon_kind": (128, "I"),   # BEACON_KIND: robust | pshared
-    "beacon_spins": (132, "I"),
-    "beacon_list_prev": (136, "Q"),
-    "beacon_list_next": (144, "Q"),
+    "beacon_lock": (224, "I"),   # holder's tid | FUTEX_WAITERS | FUTEX_OWNER_DIED
+    "beacon_count": (228, "I"),
+    "beacon_owner": (232, "I"),
+    "beacon_nusers": (236, "I"),
+    "beacon_kind": (240, "I"),   # BEACON_KIND: robust | pshared
+    "beacon_spins": (244, "I"),
+    "beacon_list_prev": (248, "Q"),
+    "beacon_list_next": (256, "Q"),
     # who holds the lock word: its token, its PID namespace's inode, its
     # thread's start time and id (seqlock_t.owner)
-    "owner_token": (152, "Q"),
-    "owner_pid_ns": (160, "Q"),
-    "owner_started": (168, "Q"),
-    "owner_tid": (176, "I"),
+    "owner_token": (264, "Q"),
+    "owner_pid_ns": (272, "Q"),
+    "owner_started": (280, "Q"),
+    "owner_tid": (288, "I"),
 }
 
 READY_WORD = 0x59444552  # "REDY"
@@ -352,8 +357,10 @@ INITIALISING_WORD = 1
 BEACON_KIND = 0x90  # PTHREAD_MUTEX_ROBUST_NORMAL_NP | PTHREAD_MUTEX_PSHARED_BIT
 FUTEX_WAITERS = 0x80000000
 FUTEX_OWNER_DIED = 0x40000000
-#: Where the layout text starts; the copies follow it, padded to 64.
-LAYOUT_TEXT_OFFSET = 192
+#: Where the layout text starts; the copies follow it, padded to 64, each
+#: from a multiple of COPY_LINE bytes.
+LAYOUT_TEXT_OFFSET = 320
+COPY_LINE = 128
 
 
 def peek(buf, word):
@@ -376,8 +383,12 @@ def copy_offsets(buf):
     """(copy 0, copy 1) byte offsets of the record at the start of buf, as
     its header says now."""
     layout_bytes, data_bytes = peek(buf, "layout_bytes"), peek(buf, "data_bytes")
-    copy0 = LAYOUT_TEXT_OFFSET + -(-layout_bytes // 64) * 64
-    return copy0, copy0 + -(-data_bytes // 8) * 8
+    copy0 = _round_up(LAYOUT_TEXT_OFFSET + _round_up(layout_bytes, 64), COPY_LINE)
+    return copy0, copy0 + _round_up(data_bytes, COPY_LINE)
+
+
+def _round_up(n, to):
+    return -(-n // to) * to
 
 
 def shared_memory_block(size):

@@ -9,8 +9,8 @@ of a page on each side); how many rewrites the scribbler made.
 
 Run as a script: python scribbler_storm.py SECONDS MODE SEED [ROLES]
 (MODE: all; trusted: not what a writer trusts co-writers with, the
-beacon's kind at 128-131 and its robust-list links at 136-151; nobeacon:
-not bytes 112-151; header: the first 192 bytes only)."""
+beacon's kind at 240-243 and its robust-list links at 248-263; nobeacon:
+not bytes 224-263; header: the first 320 bytes only: record.h, version 6)."""
 import json, os, random, struct, subprocess, sys, time, mmap, signal
 
 from seqlock_py import SeqRecord
@@ -23,7 +23,7 @@ CANARY = bytes((i * 37 + 11) % 251 for i in range(PRE))
 #: those few instructions sends glibc down a path that asserts) and its
 #: robust-list links (glibc's unlock follows them): docs/processes.md,
 #: "What a record trusts".
-SKIPS = {"trusted": ((128, 132), (136, 152)), "nobeacon": ((112, 152),)}
+SKIPS = {"trusted": ((240, 244), (248, 264)), "nobeacon": ((224, 264),)}
 
 ROLE = r'''
 import asyncio, json, mmap, os, random, sys, time
@@ -188,7 +188,7 @@ def run_storm(duration, mode, seed, roles=("reader", "ro", "waiter", "writer", "
     lo, hi = 0, size
     skips = ",".join(f"{a}-{b}" for a, b in SKIPS.get(mode, ()))
     if mode == "header":
-        hi = 192
+        hi = 320
     scr = subprocess.Popen([python, "-c", SCRIB, path, str(PRE), str(size), str(duration), str(seed), str(lo), str(hi), skips], stdout=subprocess.PIPE, text=True, env=env, cwd="/")
     report = {"mode": mode, "seed": seed, "roles": []}
     deadline = time.monotonic() + duration + 20

@@ -26,7 +26,7 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from record_helpers import OVERWRITE_WHILE_IN_USE, map_shared_memory, poke
+from record_helpers import LAYOUT_TEXT_OFFSET, OVERWRITE_WHILE_IN_USE, RECORD_VERSION, map_shared_memory, poke
 from seqlock_py import SeqRecord
 
 FIELDS = {"x": "d", "n": "q", "arr": "4d", "flag": "?", "u": "Q"}
@@ -66,6 +66,29 @@ def test_create_with_overwrite_lays_a_new_record_over_an_old_one(buf):
     del old
     new = SeqRecord.create(buf, overwrite=True, y="q")
     assert new.fields == ("y",) and new.read() == (0,)
+
+
+def as_previous_version(buf, text):
+    """Make the record in buf look as version 5 laid it out: the version
+    word, and the layout text where that version's shorter header ended
+    (192); its lock word (offset 80) free."""
+    struct.pack_into("=I", buf, 4, RECORD_VERSION - 1)
+    buf[192:192 + len(text)] = text
+
+
+def test_create_with_overwrite_lays_a_new_record_over_one_of_the_previous_version(buf):
+    SeqRecord.create(buf, **FIELDS)
+    as_previous_version(buf, b"x:d;n:q")
+    new = SeqRecord.create(buf, overwrite=True, y="q")
+    assert new.read() == (0,) and SeqRecord.attach(buf).fields == ("y",)
+
+
+def test_create_with_overwrite_refuses_a_record_of_the_previous_version_whose_lock_is_held(buf):
+    SeqRecord.create(buf, **FIELDS)
+    as_previous_version(buf, b"x:d;n:q")
+    struct.pack_into("=Q", buf, 80, 0x1234)  # that version's lock word, held
+    with pytest.raises(ValueError, match="locked by a writer"):
+        SeqRecord.create(buf, overwrite=True, **FIELDS)
 
 
 def test_create_with_overwrite_false_is_the_default_refusal(buf):
@@ -114,7 +137,7 @@ def test_attach_without_fields_of_a_buffer_without_a_record_says_so(buf):
 def test_attach_without_fields_of_another_layout_version_names_both(buf):
     SeqRecord.create(buf, **FIELDS)
     struct.pack_into("=I", buf, 4, 4)  # the version word
-    with pytest.raises(ValueError, match="layout version 4; .* version 5"):
+    with pytest.raises(ValueError, match=f"layout version 4; .* version {RECORD_VERSION}"):
         SeqRecord.attach(buf)
 
 
@@ -127,7 +150,7 @@ def test_attach_without_fields_of_another_layout_version_names_both(buf):
 def test_attach_without_fields_refuses_a_stored_layout_that_is_not_valid(buf, text):
     SeqRecord.create(buf, **FIELDS)
     poke(buf, "layout_bytes", len(text))
-    buf[192:192 + len(text)] = text  # the layout text follows the header
+    buf[LAYOUT_TEXT_OFFSET:LAYOUT_TEXT_OFFSET + len(text)] = text  # the layout text follows the header
     with pytest.raises(ValueError):
         SeqRecord.attach(buf)
 
@@ -194,7 +217,7 @@ def test_attach_without_fields_of_a_misaligned_buffer_says_it_is_misaligned(buf,
 
 
 def test_attach_without_fields_of_a_slice_ending_inside_the_header_says_too_small(buf):
-    """Found: a buffer that holds a record but ends inside the 192-byte
+    """Found: a buffer that holds a record but ends inside the 320-byte
     header gets "holds no SeqRecord (no magic number: create() it first)"
     from attach() without fields (the advice issue 19 is about never
     giving for a live record), where attach(view, **fields) says "buffer
@@ -343,7 +366,7 @@ def test_attach_without_fields_refuses_hostile_texts(buf, text):
     last, signs, spaces, huge counts, '0d', 'update': ValueError."""
     SeqRecord.create(buf, **FIELDS)
     struct.pack_into("<I", buf, 12, len(text))
-    buf[192:192 + len(text)] = text
+    buf[LAYOUT_TEXT_OFFSET:LAYOUT_TEXT_OFFSET + len(text)] = text
     with pytest.raises(ValueError):
         SeqRecord.attach(buf)
 
@@ -358,14 +381,14 @@ def test_attach_without_fields_reads_keyword_and_unicode_names(names):
         other = {"a": "q", "b": "q", "c": "q"}
         SeqRecord.create(block, **other)
         struct.pack_into("<I", block, 12, len(text))
-        block[192:192 + len(text)] = text  # same length, same data bytes
+        block[LAYOUT_TEXT_OFFSET:LAYOUT_TEXT_OFFSET + len(text)] = text  # same length, same data bytes
         rec = SeqRecord.attach(block)
     else:
         rec = SeqRecord.attach(block)
     assert rec.fields == names
 
 
-@pytest.mark.parametrize("layout_bytes", [0, 1, 4096 - 192, 4096 - 191, 2**20, 2**20 + 1, 2**32 - 1])
+@pytest.mark.parametrize("layout_bytes", [0, 1, 4096 - LAYOUT_TEXT_OFFSET, 4096 - LAYOUT_TEXT_OFFSET + 1, 2**20, 2**20 + 1, 2**32 - 1])
 def test_attach_without_fields_with_any_layout_bytes_stays_inside(buf, layout_bytes):
     SeqRecord.create(buf, **FIELDS)
     struct.pack_into("<I", buf, 12, layout_bytes)
@@ -420,7 +443,7 @@ def test_failing_attaches_leak_neither_memory_nor_exports(buf):
             for i in range(k):
                 text = texts[i % len(texts)]
                 struct.pack_into("<I", buf, 12, len(text) if i % 5 else 2**31)
-                buf[192:192 + len(text)] = text
+                buf[LAYOUT_TEXT_OFFSET:LAYOUT_TEXT_OFFSET + len(text)] = text
                 try:
                     SeqRecord.attach(buf)
                 except ValueError:
@@ -451,8 +474,8 @@ if pid == 0:
     end = time.monotonic() + 3
     while time.monotonic() < end:
         t = rnd.choice(texts)
-        struct.pack_into("<I", buf, 12, rnd.choice([len(t), 0, size - 192, size, 2**20, 2**32 - 1]))
-        buf[192:192 + len(t)] = t
+        struct.pack_into("<I", buf, 12, rnd.choice([len(t), 0, size - LAYOUT_TEXT_OFFSET, size, 2**20, 2**32 - 1]))
+        buf[LAYOUT_TEXT_OFFSET:LAYOUT_TEXT_OFFSET + len(t)] = t
         if rnd.random() < 0.01:
             buf[:size] = good
     os._exit(0)

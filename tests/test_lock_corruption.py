@@ -59,7 +59,7 @@ def shared_record():
 # ---- garbage in the lock's ready word ----------------------------------------
 
 
-# A record whose seqlock_t.ready word (offset 64 + 24) is neither 0 nor
+# A record whose seqlock_t.ready word (offset 64 + 152) is neither 0 nor
 # SEQLOCK_READY: attach() must refuse it, or a timed write must time out.
 CORRUPT_LOCK_WORD = """
 import struct, time
@@ -68,7 +68,7 @@ from seqlock_py import SeqRecord
 fields = dict(x="d")
 buf = bytearray(SeqRecord.buffer_size(**fields))
 SeqRecord.create(buf, **fields)
-ready_at = bytes(buf[64:192]).find(struct.pack("I", 0x59444552)) + 64  # "REDY"
+ready_at = bytes(buf[64:320]).find(struct.pack("I", 0x59444552)) + 64  # "REDY"
 assert ready_at >= 64, "the lock's ready word not found in the header"
 struct.pack_into("I", buf, ready_at, 0x12345678)  # garbage
 try:

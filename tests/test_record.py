@@ -761,13 +761,26 @@ def test_attach_rejects_a_buffer_that_holds_no_record(shm):
 
 
 # a thread-id lock word; an undo copy; a lock without its holder's namespace;
-# a lock ABI word that named no field offset
-@pytest.mark.parametrize("old", [1, 2, 3, 4])
+# a lock ABI word that named no field offset; the count sharing its cache
+# line with the lock word
+@pytest.mark.parametrize("old", [1, 2, 3, 4, 5])
 def test_attach_of_a_record_from_an_older_layout_version_names_both(shm, old):
     SeqRecord.create(shm.buf, **MIXED)
     struct.pack_into("=I", shm.buf, 4, old)  # the version word, where all wrote it
-    with pytest.raises(ValueError, match=f"layout version {old}; .* version 5"):
+    with pytest.raises(ValueError, match=f"layout version {old}; .* version {record_helpers.RECORD_VERSION}"):
         SeqRecord.attach(shm.buf, **MIXED)
+
+
+# A version-5 record of one byte ended at 272 bytes: inside this version's
+# header, which must not hide that the record is of another version.
+@pytest.mark.parametrize("declared", [True, False], ids=["fields", "no fields"])
+def test_attach_of_an_older_record_shorter_than_this_versions_header_names_both(declared):
+    buf = bytearray(SeqRecord.buffer_size(b="B"))
+    SeqRecord.create(buf, b="B")
+    struct.pack_into("=I", buf, 4, 5)  # the version word
+    view = memoryview(buf)[:272]
+    with pytest.raises(ValueError, match=f"layout version 5; .* version {record_helpers.RECORD_VERSION}"):
+        SeqRecord.attach(view, **({"b": "B"} if declared else {}))
 
 
 def test_attach_of_a_record_from_another_lock_abi_names_both_in_hex(shm):
@@ -791,7 +804,7 @@ def test_attach_error_does_not_read_past_the_buffer():
     # handed to attach(): the message must quote only bytes inside it.
     big = bytearray(4096)
     need = SeqRecord.buffer_size(x="d")
-    header = need - 64 - 2 * 8  # layout text padded to 64, data, undo copy
+    header = record_helpers.LAYOUT_TEXT_OFFSET  # where the layout text starts
     name = "a" * (need - header) + "ZZZZ"  # "ZZZZ" lies just past the buffer
     SeqRecord.create(big, **{name: "d"})
     with pytest.raises(ValueError, match="other fields") as info:

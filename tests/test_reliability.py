@@ -139,8 +139,10 @@ def test_a_held_lock_keeps_its_owner_alive():
 
 
 def test_seqlock_is_small():
-    # The robust process-shared mutex (40 bytes on glibc) is most of it.
-    assert sys.getsizeof(SeqLock()) <= 256
+    # The count's line (128 bytes: readers' count apart from the writers'
+    # words) and the robust process-shared mutex (40 bytes on glibc) are
+    # most of it.
+    assert sys.getsizeof(SeqLock()) <= 384
 
 
 def allocated_after(work, rounds):

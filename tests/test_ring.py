@@ -23,7 +23,7 @@ import pytest
 
 from seqlock_py import RingReader, SeqRing
 from process_helpers import PythonProcess, assert_clean_exit, run_python
-from record_helpers import keywords_naming_one_field_twice
+from record_helpers import RING_VERSION, keywords_naming_one_field_twice
 from workers import LONG, SHORT
 
 
@@ -186,6 +186,15 @@ def test_rewound_ring_raises_runtime_error_on_poll():
         reader.poll()
 
 
+def test_create_with_overwrite_lays_a_new_ring_over_one_of_the_previous_version():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    SeqRing.create(buf, 4, x="d")
+    buf[4:8] = (RING_VERSION - 1).to_bytes(4, "little")
+    buf[192:195] = b"x:d"  # where version 1 kept its layout text; its lock word (80) free
+    ring = SeqRing.create(buf, 4, overwrite=True, x="d")
+    assert ring.reader(oldest=True).poll() == [] and SeqRing.attach(buf).fields == ("x",)
+
+
 def rewound_reader(capacity=4):
     """(ring, reader): a reader at entry 3 of a ring then made anew over
     its buffer (head back to 0), whose poll() has said so once."""
@@ -257,6 +266,26 @@ def test_attach_with_other_fields_raises_value_error():
 def test_attach_refuses_a_buffer_without_a_ring():
     with pytest.raises(ValueError, match="no SeqRing"):
         SeqRing.attach(bytearray(4096))
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["fields", "no fields"])
+def test_attach_of_a_ring_of_another_layout_version_names_both(declared):
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    SeqRing.create(buf, 4, x="d")
+    buf[4:8] = (1).to_bytes(4, "little")  # the version word, where all wrote it
+    with pytest.raises(ValueError, match=f"layout version 1; .* version {RING_VERSION}"):
+        SeqRing.attach(buf, **({"x": "d"} if declared else {}))
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["fields", "no fields"])
+def test_attach_of_an_older_ring_shorter_than_this_versions_header_names_both(declared):
+    # A version-1 ring of one byte and one slot ended at 272 bytes.
+    buf = bytearray(SeqRing.buffer_size(1, b="B"))
+    SeqRing.create(buf, 1, b="B")
+    buf[4:8] = (1).to_bytes(4, "little")
+    view = memoryview(buf)[:272]
+    with pytest.raises(ValueError, match=f"layout version 1; .* version {RING_VERSION}"):
+        SeqRing.attach(view, **({"b": "B"} if declared else {}))
 
 
 def test_attach_refuses_a_header_whose_capacity_outgrows_the_buffer():
@@ -534,7 +563,7 @@ def test_a_head_written_near_2_64_wraps_and_readers_made_after_it_follow(head):
     cap = 5
     buf = mmap.mmap(-1, SeqRing.buffer_size(cap, x="q"))
     ring = SeqRing.create(buf, cap, x="q")
-    at = SeqRing.buffer_size(cap, x="q") - cap * 16 - 64  # head's line
+    at = SeqRing.buffer_size(cap, x="q") - cap * 16 - 128  # head's line
     buf[at:at + 8] = head.to_bytes(8, "little")
     before = ring.reader()
     seqs = [ring.append(x=i) for i in range(8)]

@@ -26,21 +26,24 @@ import uuid
 import pytest
 
 from process_helpers import PythonProcess, child_env, run_python
+from record_helpers import HEADER_OFFSETS, LAYOUT_TEXT_OFFSET
 from seqlock_py import SeqRing
 
 FIELDS = dict(a="q", b="q", c="5d")
 CAPACITY = 8
 PAGE = 4096
 CANARY = bytes((i * 37 + 11) % 251 for i in range(PAGE))
-# Where things are in a ring of FIELDS: the header's first line (0-63),
-# its lock (64-191), the layout text (192-255), head's line (256-319), slots.
-LOCK = range(64, 192)
+# Where things are in a ring of FIELDS (ring.h, version 2; its header and
+# lock lie as a record's): the header's first line (0-63), its lock
+# (64-319: the count's line, then the lock's words), the layout text
+# (320-383), head's line (384-511), slots.
+LOCK = range(HEADER_OFFSETS["sequence"][0], LAYOUT_TEXT_OFFSET)
 # The whole robust mutex (a pthread_mutex_t: its lock word, owner, kind and
 # robust-list links).  A writer process trusts these words: glibc follows
 # the links, so scribbled ones can crash it (issue 17's trust model,
 # docs/processes.md); readers never touch them.
-MUTEX = range(112, 152)
-SLOTS = 320
+MUTEX = range(HEADER_OFFSETS["beacon_lock"][0], HEADER_OFFSETS["owner_token"][0])
+SLOTS = 512
 
 ROLE = r'''
 import asyncio, json, mmap, os, random, sys, time
@@ -203,7 +206,7 @@ def test_attach_of_a_rewritten_header_gives_value_error_or_a_ring_that_stays_ins
         for _ in range(rng.choice([1, 1, 2, 3])):
             at = rng.randrange(0, SLOTS) // 8 * 8
             m[at:at + 8] = (rng.choice(words + [rng.getrandbits(64)])).to_bytes(8, "little")
-        length = rng.choice([size, size, size - 8, 192, 100, 8])
+        length = rng.choice([size, size, size - 8, LAYOUT_TEXT_OFFSET, 100, 8])
         # the buffer ends at a PROT_NONE page: a read past it is a crash
         end = span - length
         m[end:span] = m[:length]
@@ -249,9 +252,9 @@ ring.append(x=1)
 tid = 12345
 while os.path.exists(f"/proc/{tid}"):
     tid += 1
-m[112:116] = tid.to_bytes(4, "little")  # the beacon "held" by a thread id nobody has
+m[BEACON_LOCK:BEACON_LOCK + 4] = tid.to_bytes(4, "little")  # the beacon "held" by a thread id nobody has
 if sys.argv[1:] == ["unnamed"]:
-    m[80:88] = (0x5EED).to_bytes(8, "little")  # the word held by a token nobody recorded
+    m[HOLDER:HOLDER + 8] = (0x5EED).to_bytes(8, "little")  # the word held by a token nobody recorded
 outcome = []
 def append():
     try:
@@ -265,11 +268,11 @@ t.join(20)
 reader = ring.reader(oldest=True)
 print("outcome", outcome[0] if outcome else "still waiting", "| read", [e.x for _, e in reader.poll()], flush=True)
 os._exit(0)
-'''
+'''.replace("BEACON_LOCK", str(HEADER_OFFSETS["beacon_lock"][0])).replace("HOLDER", str(HEADER_OFFSETS["holder"][0]))
 
 
 def test_append_to_a_ring_whose_beacon_word_is_forged_ends_instead_of_waiting_for_good():
-    """A co-tenant writes one word, the beacon's lock word (offset 112),
+    """A co-tenant writes one word, the beacon's lock word,
     as if a thread nobody has held it; the holder word still says nobody
     does.  Should hold: append() (which has no timeout) raises the lock's
     corruption RuntimeError once "word free, beacon held" has lasted its
@@ -287,8 +290,8 @@ def test_append_to_a_ring_whose_beacon_word_is_forged_ends_instead_of_waiting_fo
 
 
 def test_append_to_a_ring_whose_lock_word_holds_a_token_nobody_recorded_ends_instead_of_waiting_for_good():
-    """A co-tenant writes the holder word (offset 80) as a token the owner
-    record does not name, and the beacon's lock word (112) as held by a
+    """A co-tenant writes the holder word as a token the owner
+    record does not name, and the beacon's lock word as held by a
     thread nobody has.  Should hold: append() raises the lock's corruption
     RuntimeError once the state has lasted its bound; readers go on.
 

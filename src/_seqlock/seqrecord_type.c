@@ -243,8 +243,10 @@ check_header(void *arg)
         c->h, c->len, PyBytes_AS_STRING(layout->descriptor),
         (uint32_t)PyBytes_GET_SIZE(layout->descriptor),
         (uint32_t)layout->data_bytes);
-    if (c->len >= RECORD_HEADER_SIZE) {
+    if (c->len >= offsetof(record_header, version) + sizeof h->version) {
         c->version = h->version;
+    }
+    if (c->len >= RECORD_HEADER_SIZE) {
         c->lock_abi = h->lock_abi;
         c->data_bytes = h->data_bytes;
         /* The found layout text, only the part inside the buffer: its
@@ -379,13 +381,19 @@ copy_stored_layout(void *arg)
         c->mismatch = RECORD_NO_MAGIC;
         return 0;
     }
-    if (c->len < RECORD_HEADER_SIZE) { /* a record, cut inside its header */
+    /* The version first: every version's sits here, and another
+     * version's header may be shorter than this one's. */
+    if (c->len < offsetof(record_header, version) + sizeof h->version) {
         c->mismatch = RECORD_TOO_SMALL;
         return 0;
     }
     c->version = h->version;
     if (c->version != RECORD_VERSION) {
         c->mismatch = RECORD_OTHER_VERSION;
+        return 0;
+    }
+    if (c->len < RECORD_HEADER_SIZE) { /* a record, cut inside its header */
+        c->mismatch = RECORD_TOO_SMALL;
         return 0;
     }
     size_t n = h->layout_bytes; /* read once */

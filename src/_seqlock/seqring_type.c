@@ -287,13 +287,19 @@ copy_stored_ring(void *arg)
         s->mismatch = RING_NO_MAGIC;
         return 0;
     }
-    if (s->len < RING_HEADER_SIZE) {
+    /* The version first: every version's sits here, and another
+     * version's header may be shorter than this one's. */
+    if (s->len < offsetof(ring_header, version) + sizeof h->version) {
         s->mismatch = RING_TOO_SMALL;
         return 0;
     }
     s->version = h->version;
     if (s->version != RING_VERSION) {
         s->mismatch = RING_OTHER_VERSION;
+        return 0;
+    }
+    if (s->len < RING_HEADER_SIZE) {
+        s->mismatch = RING_TOO_SMALL;
         return 0;
     }
     s->lock_abi = h->lock_abi;

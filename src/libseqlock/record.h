@@ -7,12 +7,19 @@
  *
  *     0    record_header (RECORD_HEADER_SIZE bytes): magic, version, the
  *          data and layout sizes, the lock ABI and a recovery count on the
- *          first cache line; the seqlock_t (its count, a robust process-
- *          shared mutex) from the second, padded to 64
+ *          first cache line; the seqlock_t from the second: its count,
+ *          alone with the sleepers' announcement on SEQLOCK_LINE bytes,
+ *          then the lock word, a robust process-shared mutex and the
+ *          owner record; padded to 64
  *     H    the layout descriptor: layout_bytes of text naming every field
  *          ("x:d;y:d;v:16d"), padded to 64
- *     C0   copy 0: SEQLOCK_WORDS(data_bytes) words
- *     C1   copy 1: the same number of words
+ *     C0   copy 0: SEQLOCK_WORDS(data_bytes) words, from the next multiple
+ *          of SEQLOCK_LINE, padded to a multiple of SEQLOCK_LINE
+ *     C1   copy 1: the same
+ *
+ * Each copy starts a line of its own (when the memory is SEQLOCK_LINE-
+ * aligned, as shared memory is), so the writer bringing copy 1 up to date
+ * after a section does not move the line readers are copying copy 0 from.
  *
  * The seqlock's count is a latch count (seqlock_latch()): while no section
  * is open (even) readers copy copy 0; while one is (odd) they copy copy 1,
@@ -59,9 +66,11 @@
 #define RECORD_LAYING_OUT 0x6F514553u /* "SEQo" */
 /* 1: a thread-id lock word; 2: a robust mutex and an undo copy; 3: a latch;
  * 4: the lock records its holder's PID namespace; 5: lock_abi hashes every
- * offset of seqlock_t.  A new layout of the header or of seqlock_t is a new
- * version: the static_asserts below and in seqlock.h pin version 5's. */
-#define RECORD_VERSION 5u
+ * offset of seqlock_t; 6: the count on a line of its own, each copy on
+ * lines of its own.  A new layout of the header, of the copies or of
+ * seqlock_t is a new version: the static_asserts below and in seqlock.h
+ * pin version 6's. */
+#define RECORD_VERSION 6u
 #define RECORD_ALIGN 64u
 
 /* Which lock layout the creator compiled in: processes sharing a record
@@ -103,8 +112,9 @@ static_assert(offsetof(record_header, data_bytes) == 8
                   && offsetof(record_header, layout_bytes) == 12
                   && offsetof(record_header, lock_abi) == 16
                   && offsetof(record_header, recoveries) == 20,
-              "record_header ABI (version 5)");
-static_assert(RECORD_VERSION == 5u,
+              "record_header ABI (version 6)");
+static_assert(RECORD_HEADER_SIZE == 320, "record_header ABI (version 6)");
+static_assert(RECORD_VERSION == 6u,
               "a new version: update the layout asserts here and in seqlock.h");
 
 static inline size_t
@@ -116,7 +126,17 @@ record_round_up(size_t n, size_t to)
 static inline size_t
 record_data_offset(size_t layout_bytes)
 {
-    return RECORD_HEADER_SIZE + record_round_up(layout_bytes, RECORD_ALIGN);
+    return record_round_up(
+        RECORD_HEADER_SIZE + record_round_up(layout_bytes, RECORD_ALIGN),
+        SEQLOCK_LINE);
+}
+
+/* Words from the start of copy 0 to the start of copy 1. */
+static inline size_t
+record_copy_stride(size_t data_bytes)
+{
+    return record_round_up(SEQLOCK_WORDS(data_bytes),
+                           SEQLOCK_LINE / SEQLOCK_WORD_SIZE);
 }
 
 /** record_size - bytes of memory a record with this layout occupies */
@@ -124,7 +144,7 @@ static inline size_t
 record_size(size_t layout_bytes, size_t data_bytes)
 {
     return record_data_offset(layout_bytes)
-           + 2 * SEQLOCK_WORDS(data_bytes) * SEQLOCK_WORD_SIZE;
+           + 2 * record_copy_stride(data_bytes) * SEQLOCK_WORD_SIZE;
 }
 
 /**
@@ -148,7 +168,8 @@ record_view_of(void *memory, size_t layout_bytes, size_t data_bytes)
     record_header *h = (record_header *)memory;
     seqlock_word_t *copy0 =
         (seqlock_word_t *)((char *)h + record_data_offset(layout_bytes));
-    record_view v = {h, &h->lock, {copy0, copy0 + SEQLOCK_WORDS(data_bytes)},
+    record_view v = {h, &h->lock,
+                     {copy0, copy0 + record_copy_stride(data_bytes)},
                      data_bytes, SEQLOCK_WORDS(data_bytes)};
     return v;
 }
@@ -203,6 +224,28 @@ record_zero_words(seqlock_word_t *w, size_t n)
     }
 }
 
+/* Where records before version 6 (and rings before version 2) kept their
+ * lock word: their seqlock_t, at 64, began with the count, wake_from, then
+ * the word. */
+#define RECORD_V5_HOLDER_OFFSET 80u
+
+/**
+ * record_holder_of_version - the lock word of a record or ring laid out by
+ * another version (older: a version before this one's), which a layer-out
+ * must not lay a new lock over while it is held.  A newer version's is
+ * looked for where this version keeps it.
+ */
+static inline uint64_t
+record_holder_of_version(const record_header *h, int older)
+{
+    const _Atomic uint64_t *word =
+        older ? (const _Atomic uint64_t *)((const char *)h
+                                           + RECORD_V5_HOLDER_OFFSET)
+              : &h->lock.holder;
+    return atomic_load_explicit((_Atomic uint64_t *)word,
+                                memory_order_acquire);
+}
+
 /**
  * record_lay_out_over - lay a record out, as record_init() does, over
  * memory of record_size() bytes that may hold a record in use
@@ -223,10 +266,10 @@ static inline int
 record_lay_out_over(record_header *h, const char *layout,
                     uint32_t layout_bytes, uint32_t data_bytes)
 {
-    if (h->version != RECORD_VERSION || h->lock_abi != RECORD_LOCK_ABI
+    uint32_t version = h->version; /* read once */
+    if (version != RECORD_VERSION || h->lock_abi != RECORD_LOCK_ABI
         || seqlock_check(&h->lock) != 0) {
-        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
-            != 0) {
+        if (record_holder_of_version(h, version < RECORD_VERSION) != 0) {
             return EBUSY;
         }
         return record_init(h, layout, layout_bytes, data_bytes);

@@ -10,12 +10,14 @@
  *
  *     0    ring_header (RING_HEADER_SIZE bytes): magic, version, the entry
  *          and layout sizes, the lock ABI, a recovery count and the
- *          capacity on the first cache line; the seqlock_t (its count, a
- *          robust process-shared mutex) from the second, padded to 64
+ *          capacity on the first cache line; the seqlock_t (its count on
+ *          a line of its own, then the lock word, a robust process-shared
+ *          mutex and the owner record) from the second, padded to 64
  *     H    the layout descriptor: layout_bytes of text naming every field
  *          ("x:d;y:d"), padded to 64, as in a record (record.h)
  *     T    the head line: head, the number of entries ever appended (the
- *          sequence number of the next one), padded to 64
+ *          sequence number of the next one), from the next multiple of
+ *          SEQLOCK_LINE, padded to SEQLOCK_LINE
  *     S    capacity slots, each a stamp word then SEQLOCK_WORDS(entry_bytes)
  *          words of entry data
  *
@@ -80,9 +82,11 @@
 #define RING_MAGIC 0x42514553u /* "SEQB" little-endian */
 /* magic while ring_lay_out_over() lays a ring out, holding its lock */
 #define RING_LAYING_OUT 0x6F474E52u
-/* 1: this layout.  A new layout of the header, of a slot or of seqlock_t
- * is a new version: the static_asserts below pin version 1's. */
-#define RING_VERSION 1u
+/* 1: the first layout; 2: seqlock_t's count on a line of its own (record
+ * version 6), head's line SEQLOCK_LINE bytes.  A new layout of the header,
+ * of a slot or of seqlock_t is a new version: the static_asserts below pin
+ * version 2's. */
+#define RING_VERSION 2u
 #define RING_ALIGN 64u
 /* The lock's layout: the rule of records (RECORD_LOCK_ABI, record.h). */
 #define RING_LOCK_ABI RECORD_LOCK_ABI
@@ -115,18 +119,21 @@ static_assert(offsetof(ring_header, entry_bytes) == 8
                   && offsetof(ring_header, lock_abi) == 16
                   && offsetof(ring_header, recoveries) == 20
                   && offsetof(ring_header, capacity) == 24,
-              "ring_header ABI (version 1)");
-static_assert(RING_VERSION == 1u,
+              "ring_header ABI (version 2)");
+static_assert(RING_HEADER_SIZE == 320, "ring_header ABI (version 2)");
+static_assert(RING_VERSION == 2u,
               "a new version: update the layout asserts here");
 
 /* The head line: head alone on its cache line, which every reader polls
  * and only the writer's commit stores. */
-#define RING_HEAD_LINE RING_ALIGN
+#define RING_HEAD_LINE SEQLOCK_LINE
 
 static inline size_t
 ring_head_offset(size_t layout_bytes)
 {
-    return RING_HEADER_SIZE + record_round_up(layout_bytes, RING_ALIGN);
+    return record_round_up(
+        RING_HEADER_SIZE + record_round_up(layout_bytes, RING_ALIGN),
+        RING_HEAD_LINE);
 }
 
 static inline size_t
@@ -297,10 +304,12 @@ ring_lay_out_over(void *memory, const char *layout, uint32_t layout_bytes,
         return EINVAL;
     }
     ring_header *h = (ring_header *)memory;
-    if (h->version != RING_VERSION || h->lock_abi != RING_LOCK_ABI
+    uint32_t version = h->version; /* read once */
+    if (version != RING_VERSION || h->lock_abi != RING_LOCK_ABI
         || seqlock_check(&h->lock) != 0) {
-        if (atomic_load_explicit(&h->lock.holder, memory_order_acquire)
-            != 0) {
+        /* its header and lock lie as a record's of the same age */
+        if (record_holder_of_version((const record_header *)memory,
+                                     version < RING_VERSION) != 0) {
             return EBUSY;
         }
         return ring_init(memory, layout, layout_bytes, entry_bytes, capacity);

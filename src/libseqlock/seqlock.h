@@ -108,13 +108,26 @@ typedef struct {
 
 #define SEQCNT_LATCH_ZERO(name) {.sequence = 0}
 
+/* Bytes between two words that must not share a cache line: a line, and
+ * the line x86's adjacent-line prefetcher fetches with it (arm64 cores
+ * with 128-byte lines, Apple's, have one line of this size). */
+#define SEQLOCK_LINE 128
+
 /* The seqlock.  Its count is a latch count too: a write section (lock:
  * odd, close: even) switches the latch's readers between two copies with
  * the latch's fences, so data kept in two copies under a seqlock can be
- * read by latch readers that never wait (seqlock_latch()). */
+ * read by latch readers that never wait (seqlock_latch()).
+ *
+ * The count has SEQLOCK_LINE bytes to itself and the sleepers'
+ * announcement: a reader loads the count twice a read, and a writer stores
+ * it twice a section, so it must not share a line with the words a writer
+ * writes several times a section (the lock word, its beacon, the owner
+ * record), or every section moves the readers' line back and forth once
+ * per such store instead of twice. */
 typedef struct seqlock {
     seqcount_latch_t seqcount;  /* even: stable; odd: a write is open */
     _Atomic uint64_t wake_from; /* highest count a reader sleeps on */
+    unsigned char count_line[SEQLOCK_LINE - 16];
     _Atomic uint64_t holder;    /* the lock word: the holder's token */
     _Atomic uint64_t starving;  /* token of a writer waiting too long */
     _Atomic uint64_t gaps;      /* +1 as each holder enters a gap */
@@ -143,15 +156,18 @@ typedef struct seqlock {
  * layouts differ refuse each other's records.  A change here is a new
  * record version (RECORD_VERSION in record.h). */
 #define SEQLOCK_OWNER_OFFSET \
-    ((48 + sizeof(pthread_mutex_t) + 7) / 8 * 8)
+    ((SEQLOCK_LINE + 32 + sizeof(pthread_mutex_t) + 7) / 8 * 8)
 static_assert(offsetof(seqlock_t, seqcount) == 0, "seqlock_t ABI");
 static_assert(offsetof(seqlock_t, wake_from) == 8, "seqlock_t ABI");
-static_assert(offsetof(seqlock_t, holder) == 16, "seqlock_t ABI");
-static_assert(offsetof(seqlock_t, starving) == 24, "seqlock_t ABI");
-static_assert(offsetof(seqlock_t, gaps) == 32, "seqlock_t ABI");
-static_assert(offsetof(seqlock_t, ready) == 40, "seqlock_t ABI");
-static_assert(offsetof(seqlock_t, abandoned) == 44, "seqlock_t ABI");
-static_assert(offsetof(seqlock_t, beacon) == 48, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, holder) == SEQLOCK_LINE, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, starving) == SEQLOCK_LINE + 8,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, gaps) == SEQLOCK_LINE + 16, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, ready) == SEQLOCK_LINE + 24, "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, abandoned) == SEQLOCK_LINE + 28,
+              "seqlock_t ABI");
+static_assert(offsetof(seqlock_t, beacon) == SEQLOCK_LINE + 32,
+              "seqlock_t ABI");
 static_assert(offsetof(seqlock_t, owner) == SEQLOCK_OWNER_OFFSET,
               "seqlock_t ABI");
 static_assert(offsetof(seqlock_t, owner.token) == SEQLOCK_OWNER_OFFSET,

@@ -749,6 +749,7 @@ typedef struct {
     seqcount_latch_t seqcount;
     _Atomic uint64_t holder; /* swapped with wake_from */
     _Atomic uint64_t wake_from;
+    unsigned char count_line[SEQLOCK_LINE - 16];
     _Atomic uint64_t starving;
     _Atomic uint64_t gaps;
     _Atomic uint32_t ready;

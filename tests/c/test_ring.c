@@ -153,12 +153,13 @@ static void
 test_ring_size_is_header_layout_head_line_and_a_stamped_slot_per_entry(
     void)
 {
-    /* the header (a record's), 64 of layout text, 64 of head, then 3
-     * slots of a stamp and 4 words */
+    /* the header (a record's: 320), 64 of layout text, head's line of
+     * 128 from a multiple of 128, then 3 slots of a stamp and 4 words */
     CHECK(RING_HEADER_SIZE == RECORD_HEADER_SIZE);
-    CHECK(ring_size(LAYOUT_BYTES, ENTRY_BYTES, 3)
-          == RING_HEADER_SIZE + 64 + 64 + 3 * 40);
-    CHECK(ring_size(65, 1, 1) == RING_HEADER_SIZE + 128 + 64 + 16);
+    CHECK(RING_HEADER_SIZE == 320);
+    CHECK(ring_size(LAYOUT_BYTES, ENTRY_BYTES, 3) == 320 + 64 + 128 + 3 * 40);
+    /* 128 of layout text end at 448: head's line starts at 512 */
+    CHECK(ring_size(65, 1, 1) == 512 + 128 + 16);
 }
 
 static void
