@@ -154,8 +154,9 @@ def placement(mode, nreaders):
 # ---- the writer process ---------------------------------------------------------
 
 def open_writer(contender, record, name):
-    """(publish(i, x), the objects to close): the writer of the channel,
-    created under name."""
+    """(publish(i, x), the writer object): the channel created under
+    name, and a function storing one value (i for the integers, x for
+    the float)."""
     if contender == SEQ:
         rec = SeqRecord.create_shared(name, **FIELDS[record])
         update = rec.update
