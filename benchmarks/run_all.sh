@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # benchmarks/run_all.sh - the whole comparison, one command:
-# benchmarks/compare.py, bench_latch.py, bench_wait.py and bench_ring.py under
-# the normal and the free-threaded CPython, each in its own virtual
-# environment (build/bench-venv/<tag>) with the package, the optional extra
-# "bench" and bench_ring.py's peers (RING_PEERS: installed here only, never a
-# dependency of the package, not even an optional one) installed, then the
-# plots and the README tables from both results.
+# benchmarks/compare.py, bench_latch.py, bench_wait.py, bench_ring.py and
+# bench_shared_reads.py under the normal and the free-threaded CPython, each
+# in its own virtual environment (build/bench-venv/<tag>) with the package,
+# the optional extra "bench" and the peers of bench_ring.py (RING_PEERS) and
+# bench_shared_reads.py (SHARED_READS_PEERS) installed (here only, never a
+# dependency of the package, not even an optional one), then the plots and
+# the README tables from both results.
 #
 #   SEQLOCK_PYTHON     the normal interpreter (default: python3)
 #   SEQLOCK_FT_PYTHON  a free-threaded one (default: tools/ft-python)
@@ -13,12 +14,12 @@
 #                      (default d2b914f, the parent of wait(); built from
 #                      `git archive` into build/baseline/<tag>)
 #   extra arguments go to compare.py (e.g. --quick, --repeats 3);
-#   bench_latch.py, bench_wait.py and bench_ring.py run with their defaults
-#   (about 3, 4 and 4 minutes per interpreter)
+#   bench_latch.py, bench_wait.py, bench_ring.py and bench_shared_reads.py
+#   run with their defaults (about 3, 4, 4 and 4 minutes per interpreter)
 #
 # Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png,
 # idioms.png and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;
-# wait-<tag>.json and wait_table.md; ring_<tag>.json.
+# wait-<tag>.json and wait_table.md; ring_<tag>.json; shared_reads_<tag>.json.
 # Contenders without a binary wheel for an interpreter are skipped there
 # (never built from source) and listed in its output.
 set -euo pipefail
@@ -33,6 +34,8 @@ FREE=$(tools/ft-python)
 BASELINE=${SEQLOCK_WAIT_BASELINE:-d2b914f}
 # bench_ring.py's peers (its PEERS): the versions whose API it uses.
 RING_PEERS=(zerochannel==0.1.2 safe-shm==0.1.1)
+# bench_shared_reads.py's peer (its PEERS): safe-shm's seqlock.
+SHARED_READS_PEERS=(safe-shm==0.1.1)
 rm -rf build/baseline/src
 mkdir -p build/baseline/src
 git archive "$BASELINE" | tar -x -C build/baseline/src
@@ -49,10 +52,10 @@ for py in "$NORMAL" "$FREE"; do
         "$venv/bin/python" -m pip install -q --only-binary=:all: "$req" \
             >/dev/null 2>&1 || echo "(no wheel of '$req' for $tag: skipped there)"
     done < <(tools/extra-deps bench)
-    for req in numpy "${RING_PEERS[@]}"; do
+    while read -r req; do  # each requirement once (the two share safe-shm)
         "$venv/bin/python" -m pip install -q --only-binary=:all: "$req" \
             >/dev/null 2>&1 || echo "(no wheel of '$req' for $tag: skipped there)"
-    done
+    done < <(printf '%s\n' numpy "${RING_PEERS[@]}" "${SHARED_READS_PEERS[@]}" | sort -u)
     # -P: import the installed package, not the source folder.
     "$venv/bin/python" -P benchmarks/compare.py --json "$RESULTS/$tag.json" "$@"
     jsons+=("$RESULTS/$tag.json")
@@ -68,6 +71,8 @@ for py in "$NORMAL" "$FREE"; do
     wait_jsons+=("$RESULTS/wait-$tag.json")
     "$venv/bin/python" -P benchmarks/bench_ring.py \
         --json "$RESULTS/ring_$tag.json"
+    "$venv/bin/python" -P benchmarks/bench_shared_reads.py \
+        --json "$RESULTS/shared_reads_$tag.json"
     if [ "$py" = "$NORMAL" ]; then normal_venv=$venv; fi
 done
 
