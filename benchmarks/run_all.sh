@@ -14,7 +14,7 @@
 #                      `git archive` into build/baseline/<tag>)
 #   extra arguments go to compare.py (e.g. --quick, --repeats 3);
 #   bench_latch.py, bench_wait.py and bench_ring.py run with their defaults
-#   (about 3, 4 and 4 minutes per interpreter)
+#   (about 3, 4 and 5 minutes per interpreter)
 #
 # Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png,
 # idioms.png and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;
