@@ -4,7 +4,7 @@ the rings of PyPI peers, and the wake-up of a reader asleep in wait().
 
     python -P benchmarks/bench_ring.py [--quick] [--repeats N] [--seconds S]
         [--peer-seconds S] [--rate R] [--writes N]
-        [--parts append,entry,peers,wake] [--label TEXT] [--json PATH]
+        [--parts append,entry,peers,bound,wake] [--label TEXT] [--json PATH]
 
 append  ns per ring.append() of 5 scalar fields (a, b: float64, c, d:
         int64, e: float64) against rec.update() of the same 5 fields, in
@@ -49,6 +49,16 @@ peers   One writer process and two reader processes on the same work: a
         benchmarks/run_all.sh, pip --only-binary=:all:) or without a wheel
         for this interpreter is skipped, the reason printed and kept in the
         JSON.  The contenders take turns within each round.
+bound   peers' flat-out run of the SeqRing alone (one writer flat out, two
+        reader processes, --peer-seconds a run), its readers taking at
+        most max_entries a poll (None: up to the capacity, 4,096; then
+        1024, 256, 64, 16), the bounds taking turns within each round: the
+        age of each delivered entry when poll() hands it over
+        (p50/p99/max), also in capacities' ages (a capacity's age:
+        capacity entries at the writer's rate), the p99 against the
+        unbounded readers' of the same round, entries per poll, missed,
+        entries/s, and the collector's passes in the readers (gc.callbacks:
+        how many, their seconds, the longest).
 wake    Wake-up from an append in another process to a reader asleep in
         reader.wait(), beside rec.wait(seq) woken by rec.update() (both in
         shared memory, the writer a spawned process, the waiter this
@@ -66,6 +76,8 @@ over rounds.  Absolute numbers depend on the (shared, noisy) machine.
 from __future__ import annotations
 
 import array
+import functools
+import gc
 import importlib.util
 import multiprocessing
 import os
@@ -90,7 +102,7 @@ import numpy as np  # noqa: E402
 from seqlock_py import SeqRecord, SeqRing  # noqa: E402
 
 RESULT = "ring_"
-PARTS = ("append", "entry", "peers", "wake")
+PARTS = ("append", "entry", "peers", "bound", "wake")
 SMALL = {"a": "d", "b": "d", "c": "q", "d": "q", "e": "d"}
 VALUES = {"a": 1.0, "b": 2.0, "c": 3, "d": 4, "e": 5.0}
 CAPACITY = 4096
@@ -104,6 +116,16 @@ RING = "seqlock_py SeqRing"
 ZC = "zerochannel"
 SAFE = "safe-shm"
 CONTENDERS = (RING, ZC, SAFE)
+# bound: poll()'s max_entries for the SeqRing's readers (None: capacity)
+BOUNDS = (None, 1024, 256, 64, 16)
+
+
+def bounded(max_entries):
+    """The name of a SeqRing contender whose readers poll(max_entries)."""
+    return RING if max_entries is None else f"{RING}, poll(max_entries={max_entries})"
+
+
+RINGS = {bounded(m): m for m in BOUNDS}
 # What benchmarks/run_all.sh installs (pip --only-binary=:all:), and where
 # the wheels stop.
 PEERS = {
@@ -278,7 +300,7 @@ def writer_main(name, shm_name, seconds, rate, barrier, results):
     clock = time.perf_counter_ns
     shm = ring = channel = None
     try:
-        if name == RING:
+        if name in RINGS:
             shm = attach_shm(shm_name)
             ring = SeqRing.attach(shm.buf)
             append = ring.append
@@ -337,16 +359,47 @@ def writer_main(name, shm_name, seconds, rate, barrier, results):
             shm.close()
 
 
-def ring_consume(shm_name, deadline):
+class GcTally:
+    """The collector's passes while installed: count per generation, the
+    seconds they took, the longest (gc.callbacks)."""
+
+    def __init__(self):
+        self.counts = [0, 0, 0]
+        self.seconds = self.longest = 0.0
+        self._t0 = None
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            took = time.perf_counter() - self._t0
+            self.counts[info["generation"]] += 1
+            self.seconds += took
+            self.longest = max(self.longest, took)
+            self._t0 = None
+
+    def report(self):
+        return {"gc_passes": self.counts, "gc_s": self.seconds,
+                "gc_longest_ms": self.longest * 1e3}
+
+
+def ring_consume(shm_name, deadline, max_entries=None, polls=None):
+    """A SeqRing reader: wait(), then poll() (poll(max_entries) if given);
+    each entry's age is taken when its poll returns.  polls, if given (a
+    list), gets the number of polls that returned something, then the
+    collector's passes meanwhile (GcTally.report())."""
     shm = attach_shm(shm_name)
     ring = SeqRing.attach(shm.buf)
     reader = ring.reader()
-    wait, poll = reader.wait, reader.poll
+    wait = reader.wait
+    poll = reader.poll if max_entries is None else functools.partial(reader.poll, max_entries)
     clock = time.perf_counter_ns
     lat = array.array("q")
     add = lat.append
+    gc_tally = GcTally()
     yield
-    delivered = 0
+    gc.callbacks.append(gc_tally)
+    delivered = calls = 0
     while True:
         if not wait(WAIT_TIMEOUT):
             if time.perf_counter() > deadline:
@@ -357,8 +410,12 @@ def ring_consume(shm_name, deadline):
         for _, e in batch:
             add(now - e.t)
         delivered += len(batch)
+        calls += bool(batch)
         if batch and batch[-1][1].size == END:
             break
+    gc.callbacks.remove(gc_tally)
+    if polls is not None:
+        polls += [calls, gc_tally.report()]
     yield lat, delivered, reader.missed
     del reader, wait, poll, ring, batch, e  # they hold the buffer
     shm.close()
@@ -432,13 +489,17 @@ def safe_consume(name, deadline):
     yield lat, delivered, missed
 
 
-CONSUMERS = {RING: ring_consume, ZC: zc_consume, SAFE: safe_consume}
+CONSUMERS = {ZC: zc_consume, SAFE: safe_consume}
+CONSUMERS.update({name: functools.partial(ring_consume, max_entries=m)
+                  for name, m in RINGS.items()})
 
 
 def reader_main(name, shm_name, seconds, barrier, results, index):
     try:
         barrier.wait(timeout=TIMEOUT)  # the channel exists
-        gen = CONSUMERS[name](shm_name, time.perf_counter() + seconds + TIMEOUT)
+        polls = []
+        gen = CONSUMERS[name](shm_name, time.perf_counter() + seconds + TIMEOUT,
+                              **({"polls": polls} if name in RINGS else {}))
         next(gen)
         cpu0 = os.times()
         barrier.wait(timeout=TIMEOUT)
@@ -452,7 +513,8 @@ def reader_main(name, shm_name, seconds, barrier, results, index):
             "delivered": delivered, "missed": missed, "t_done": t_done,
             "p50_us": float(p50), "p99_us": float(p99),
             "max_us": float(a.max()) / 1e3 if len(a) else float("nan"),
-            "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)}))
+            "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
+            **({"polls": polls[0], **polls[1]} if polls else {})}))
         barrier.wait(timeout=TIMEOUT)  # the writer may go
     except BaseException:
         barrier.abort()
@@ -463,7 +525,7 @@ def one_run(ctx, name, seconds, rate):
     """One writer and two readers of contender `name` for `seconds`; the
     round's figures."""
     shm = None
-    if name == RING:
+    if name in RINGS:
         shm = shared_memory.SharedMemory(
             create=True, size=SeqRing.buffer_size(CAPACITY, **TICK))
         SeqRing.create(shm.buf, CAPACITY, **TICK).close()
@@ -546,6 +608,57 @@ def part_peers(args, out, log):
         "payload": {RING: "the 5-field tick", ZC: "the 5-field tick, 40 bytes",
                     SAFE: "t, index, price (StampedF64)"},
     }
+
+
+# ---- bound: a flat-out run's readers with poll(max_entries) -------------------
+
+def part_bound(args, out, log):
+    ctx = multiprocessing.get_context("spawn")
+    runs = {m: [] for m in BOUNDS}
+    for rnd in range(args.repeats):
+        t0 = time.perf_counter()
+        for m in BOUNDS:
+            runs[m].append(one_run(ctx, bounded(m), args.peer_seconds, None))
+        log(f"# bound round {rnd + 1}/{args.repeats}: {time.perf_counter() - t0:.1f} s")
+
+    def mean_of(row, key):
+        return statistics.mean(r[key] for r in row["readers"])
+
+    def age_us(row):
+        """a capacity's age in this run: capacity entries at its writer's rate"""
+        return CAPACITY / row["writer_per_s"] * 1e6
+
+    cells = []
+    for m, rows in runs.items():
+        cells.append({
+            "max_entries": m,
+            "writer_per_s": statistics.median(r["writer_per_s"] for r in rows),
+            "reader_per_s": statistics.median(mean_of(r, "per_s") for r in rows),
+            "missed_fraction": statistics.median(
+                sum(x["missed"] for x in r["readers"]) / (2 * r["appended"]) for r in rows),
+            **{k: statistics.median(mean_of(r, k) for r in rows)
+               for k in ("p50_us", "p99_us", "max_us")},
+            "entries_per_poll": statistics.median(
+                sum(x["delivered"] for x in r["readers"])
+                / max(1, sum(x["polls"] for x in r["readers"])) for r in rows),
+            "capacity_age_us": statistics.median(age_us(r) for r in rows),
+            "p99_in_capacity_ages": statistics.median(
+                mean_of(r, "p99_us") / age_us(r) for r in rows),
+            "p50_in_capacity_ages": statistics.median(
+                mean_of(r, "p50_us") / age_us(r) for r in rows),
+            "p99_vs_unbounded": statistics.median(
+                mean_of(r, "p99_us") / mean_of(u, "p99_us")
+                for r, u in zip(rows, runs[None])),
+            "p99_vs_unbounded_range": [f(mean_of(r, "p99_us") / mean_of(u, "p99_us")
+                                         for r, u in zip(rows, runs[None]))
+                                       for f in (min, max)],
+            "gc_s": statistics.median(mean_of(r, "gc_s") for r in rows),
+            "gc_passes": statistics.median(
+                statistics.mean(sum(x["gc_passes"]) for x in r["readers"]) for r in rows),
+            "gc_longest_ms": statistics.median(mean_of(r, "gc_longest_ms") for r in rows),
+            "accounted": all(x["accounted"] for r in rows for x in r["readers"]),
+            "rounds": rows})
+    out["bound"] = {"seconds": args.peer_seconds, "capacity": CAPACITY, "cells": cells}
 
 
 # ---- wake: bench_wait.py's harness, a ring beside a record --------------------
@@ -685,6 +798,21 @@ def report(out):
         for name, what in p["semantics"].items():
             if name not in p["skipped"]:
                 print(f"  ({name}: {what}; payload: {p['payload'][name]})")
+    if "bound" in out:
+        b = out["bound"]
+        print(f"## bound: a writer flat out, two reader processes taking at most "
+              f"max_entries a poll, {b['seconds']:g} s a run, capacity {b['capacity']}")
+        for c in b["cells"]:
+            print(f"  max_entries={c['max_entries']}: writer {c['writer_per_s']:,.0f}/s "
+                  f"(a capacity's age {c['capacity_age_us']:,.0f} us), each reader "
+                  f"{c['reader_per_s']:,.0f}/s, {c['entries_per_poll']:,.1f} entries a poll, "
+                  f"missed {100 * c['missed_fraction']:.1f} %, age p50 {c['p50_us']:,.0f} us "
+                  f"({c['p50_in_capacity_ages']:.2f} capacity ages), p99 {c['p99_us']:,.0f} us "
+                  f"({c['p99_in_capacity_ages']:.2f}), max {c['max_us']:,.0f} us; p99 "
+                  f"{c['p99_vs_unbounded']:.2f}x the unbounded readers' (rounds "
+                  f"{c['p99_vs_unbounded_range'][0]:.2f}-{c['p99_vs_unbounded_range'][1]:.2f}x); "
+                  f"collector: {c['gc_passes']:g} passes, {c['gc_s'] * 1e3:.1f} ms, the "
+                  f"longest {c['gc_longest_ms']:.1f} ms; accounted: {c['accounted']}")
     if "wake" in out:
         print("## wake: append/update in another process to a sleeping waiter")
         for name, c in out["wake"]["cells"].items():
@@ -716,7 +844,7 @@ def main(argv=None):
                        "writes": args.writes, "repeats": args.repeats, "turns": TURNS,
                        "clock": time.get_clock_info("perf_counter").implementation})
     parts = {"append": part_append, "entry": part_entry, "peers": part_peers,
-             "wake": part_wake}
+             "bound": part_bound, "wake": part_wake}
     return run_parts(args, out, parts, report, RESULT)
 
 

@@ -15,7 +15,7 @@
 #                      `git archive` into build/baseline/<tag>)
 #   extra arguments go to compare.py (e.g. --quick, --repeats 3);
 #   bench_latch.py, bench_wait.py, bench_ring.py and bench_shared_reads.py
-#   run with their defaults (about 3, 4, 4 and 4 minutes per interpreter)
+#   run with their defaults (about 3, 4, 5 and 4 minutes per interpreter)
 #
 # Writes benchmarks/results/<tag>.json, throughput.png, writer_latency.png,
 # idioms.png and table.md; latch-<tag>.json, reader_latency.png and latch_table.md;

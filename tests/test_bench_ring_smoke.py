@@ -1,6 +1,7 @@
 """benchmarks/bench_ring.py --quick runs to the end and writes well-formed
-JSON: every part's contenders, each reader of the peers part accounting
-for every entry (delivered or missed), a peer that is not installed
+JSON: every part's contenders, each reader of the peers and bound parts
+accounting for every entry (delivered or missed), a bounded reader never
+given more than its max_entries a poll, a peer that is not installed
 skipped with its reason, and the wake-up samples of both waiters.
 
 No timing is asserted: the numbers depend on the machine and its load.
@@ -44,6 +45,17 @@ def test_bench_ring_quick_writes_json(tmp_path):
             for r in row["readers"]:
                 assert r["delivered"] > 0
                 assert r["delivered"] + r["missed"] == row["appended"]
+
+    bound = result["bound"]["cells"]
+    assert [c["max_entries"] for c in bound] == [None, 1024, 256, 64, 16]
+    for cell in bound:
+        assert cell["accounted"]
+        for row in cell["rounds"]:
+            assert len(row["readers"]) == 2
+            for r in row["readers"]:
+                assert r["delivered"] + r["missed"] == row["appended"]
+                assert 0 < r["polls"] and r["delivered"] <= r["polls"] * (cell["max_entries"] or 4096)
+    assert "## bound" in stdout
 
     wake = result["wake"]["cells"]
     assert set(wake) == {"rec.wait(seq), rec.update()", "reader.wait(), ring.append()"}

@@ -21,7 +21,7 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from seqlock_py import RingReader, SeqRing
+from seqlock_py import RingReader, SeqRecord, SeqRing
 from process_helpers import PythonProcess, assert_clean_exit, run_python
 from record_helpers import RING_VERSION, keywords_naming_one_field_twice
 from workers import LONG, SHORT
@@ -530,7 +530,6 @@ def test_read_last_refuses_an_out_inside_the_rings_own_memory():
 
 def test_read_last_refuses_an_out_inside_an_open_records_memory():
     np = pytest.importorskip("numpy")
-    from seqlock_py import SeqRecord
 
     shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="16d"))
     try:
@@ -893,3 +892,75 @@ def test_poll_takes_no_other_argument():
         reader.poll(limit=2)
     with pytest.raises(TypeError):
         reader.poll(1, 2)
+
+
+# ---- poll()'s batches and decoding ----
+
+
+def test_poll_of_more_entries_than_its_first_batch_returns_them_all_in_order():
+    ring = SeqRing(256, x="d", y="d", z="d", u="d", v="d")
+    reader = ring.reader()
+    for i in range(200):
+        ring.append(x=i, y=-i, z=0.5 * i, u=i + 1, v=i - 1)
+    got = reader.poll()
+    assert [s for s, _ in got] == list(range(200))
+    assert [tuple(e) for _, e in got] == [(i, -i, 0.5 * i, i + 1, i - 1) for i in range(200)]
+    assert reader.poll() == [] and reader.missed == 0
+
+
+def test_poll_of_entries_larger_than_the_stack_buffer_returns_each_whole():
+    ring = SeqRing(8, a="100d", n="q")
+    reader = ring.reader()
+    for i in range(5):
+        ring.append(a=[i + k for k in range(100)], n=i)
+    got = reader.poll(max_entries=3) + reader.poll()
+    assert [(s, e.n) for s, e in got] == [(i, i) for i in range(5)]
+    assert all(e.a == tuple(float(s + k) for k in range(100)) for s, e in got)
+
+
+def test_poll_with_max_entries_beyond_one_batch_stops_there_and_keeps_the_rest():
+    ring = SeqRing(256, n="q")
+    reader = ring.reader()
+    for i in range(100):
+        ring.append(n=i)
+    assert [e.n for _, e in reader.poll(max_entries=30)] == list(range(30))
+    assert [e.n for _, e in reader.poll(max_entries=1000)] == list(range(30, 100))
+
+
+def test_a_lapped_reader_with_max_entries_skips_to_the_oldest_retained_entry():
+    ring = SeqRing(16, n="q")
+    reader = ring.reader()
+    for i in range(40):
+        ring.append(n=i)
+    assert [e.n for _, e in reader.poll(max_entries=5)] == list(range(24, 29))
+    assert reader.missed == 24
+    assert [e.n for _, e in reader.poll()] == list(range(29, 40))
+
+
+class _Floats(typing.NamedTuple):
+    x: float
+    y: float
+
+
+@pytest.mark.parametrize("fields, values", [
+    (dict(x="d", y="d", z="d"), dict(x=1.5, y=-2.0, z=0.1)),  # floats in consecutive words
+    (dict(x="d"), dict(x=0.1)),
+    (dict(x="d", n="q", y="d"), dict(x=1.5, n=-2, y=0.1)),    # an int among them
+    (dict(f="f", x="d"), dict(f=0.1, x=0.1)),                 # float32, then padding
+    (dict(v="3d", x="d"), dict(v=(1.0, 2.0, 3.0), x=4.0)),    # an array field
+    (dict(x="d", ok="?", b="b"), dict(x=1.0, ok=True, b=-7)),
+    (_Floats, dict(x=1.5, y=0.1)),                            # a declared class of floats
+], ids=lambda v: v.__name__ if isinstance(v, type) else repr(v))
+def test_poll_gives_each_entry_as_read_gives_a_record_of_the_same_fields(fields, values):
+    declared = isinstance(fields, type)
+    ring = SeqRing(4, fields) if declared else SeqRing(4, **fields)
+    rec = SeqRecord(fields) if declared else SeqRecord(**fields)
+    rec.update(**values)
+    reader = ring.reader()
+    ring.append(**values)
+    [(seq, entry)] = reader.poll()
+    snap = rec.read()
+    assert seq == 0
+    assert type(entry) is type(snap)
+    assert tuple(entry) == tuple(snap)
+    assert [type(v) for v in entry] == [type(v) for v in snap]

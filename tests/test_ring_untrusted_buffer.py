@@ -92,6 +92,20 @@ print(json.dumps({"role": role, "counts": counts, **seen}), flush=True)
 '''
 
 
+def first_line(pipe):
+    """A child's first line, read a byte at a time.  readline() on the pipe
+    would buffer what follows it too, which communicate() (it reads the
+    descriptor itself) never sees: a child that had already finished (a
+    parent slow to look, on a loaded machine) lost its report."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(pipe.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode().strip()
+
+
 def run_storm(seconds, offsets, seed):
     """Writers, readers and a read-only reader in child processes; this
     process rewrites random words at offsets (a list of byte offsets in
@@ -120,7 +134,7 @@ def run_storm(seconds, offsets, seed):
         reports, rewrites = [], 0
         try:
             for child in children:
-                assert child.stdout.readline().strip() == "attached", child.stderr.read()
+                assert first_line(child.stdout) == "attached", child.stderr.read()
             rng = random.Random(seed)
             end = time.monotonic() + seconds
             while time.monotonic() < end:

@@ -43,6 +43,12 @@ typedef struct {
     record_layout *layout;
     PyTypeObject *snapshot_type;
     int snapshot_plain;
+    int entry_floats;  /* an entry is nfields float64s, in order */
+    /* poll()'s batches, from this process's geometry: the first, on the
+     * stack (0: an entry is larger than the stack buffer), then the
+     * later ones (at most 1 MiB of entries; at least 1, at most
+     * capacity). */
+    size_t poll_first, poll_batch;
     void *memory;      /* SeqRing()'s own memory, else NULL */
     Py_buffer view;    /* create()/attach()'s buffer (view.obj NULL if none) */
     PyObject *closer;  /* close() calls it after releasing view, or NULL */
@@ -64,6 +70,8 @@ typedef struct {
 } RingReaderObject;
 
 #define APPENDING_TWICE "this thread already holds the ring's lock"
+/* Entries a poll() copies to the stack: its first batch, at most. */
+#define POLL_STACK_ENTRIES 8
 #define MAX_CAPACITY ((uint64_t)1 << 40)
 
 /* ---- construction ---- */
@@ -118,6 +126,22 @@ capacity_arg(PyObject *obj, uint64_t *capacity)
     return 0;
 }
 
+/* Whether every field is a scalar float64 and the fields follow each
+ * other: an entry's snapshot is then nfields floats of consecutive
+ * words (entry_snapshot() decodes those without asking each field). */
+static int
+layout_is_floats(const record_layout *layout)
+{
+    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
+        const field_spec *f = &layout->fields[i];
+        if (f->kind != 'd' || f->is_array
+            || f->offset != (size_t)i * sizeof(double)) {
+            return 0;
+        }
+    }
+    return layout->data_bytes == (size_t)layout->nfields * sizeof(double);
+}
+
 static SeqRingObject *
 ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
 {
@@ -135,6 +159,7 @@ ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
     self->layout = layout;
     self->snapshot_type = snapshot_type;
     self->snapshot_plain = snapshot_is_plain(snapshot_type);
+    self->entry_floats = layout_is_floats(layout);
     return self;
 }
 
@@ -163,6 +188,20 @@ bind_ring(SeqRingObject *self, void *memory, uint64_t capacity,
     bound_lock_init(&self->lock, self->ring.lock, NULL, (PyObject *)self,
                     memory_kind);
     self->lock.record = &self->rec;
+    size_t eb = self->ring.entry_bytes;
+    size_t batch = ((size_t)1 << 20) / eb;
+    if (batch == 0) {
+        batch = 1;
+    }
+    if (capacity < batch) {
+        batch = (size_t)capacity;
+    }
+    size_t first = STACK_SNAPSHOT_BYTES / eb;
+    if (first > POLL_STACK_ENTRIES) {
+        first = POLL_STACK_ENTRIES;
+    }
+    self->poll_first = first < batch ? first : batch;
+    self->poll_batch = batch;
     return 0;
 }
 
@@ -823,12 +862,26 @@ static PyObject *
 entry_snapshot(SeqRingObject *ring, const unsigned char *buf)
 {
     const record_layout *layout = ring->layout;
+    Py_ssize_t nfields = layout->nfields;
     PyObject *tuple = snapshot_new(ring->snapshot_type, ring->snapshot_plain,
-                                   layout->nfields);
+                                   nfields);
     if (tuple == NULL) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
+    if (ring->entry_floats) {
+        for (Py_ssize_t i = 0; i < nfields; i++) {
+            double d;
+            memcpy(&d, buf + (size_t)i * sizeof d, sizeof d);
+            PyObject *value = PyFloat_FromDouble(d);
+            if (value == NULL) {
+                Py_DECREF(tuple);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(tuple, i, value);
+        }
+        return tuple;
+    }
+    for (Py_ssize_t i = 0; i < nfields; i++) {
         const field_spec *f = &layout->fields[i];
         PyObject *value = field_decode_inline(f, buf + f->offset);
         if (value == NULL) {
@@ -895,49 +948,41 @@ PyDoc_STRVAR(RingReader_poll_doc,
 "overwritten), and at every call after: the reader's place means nothing\n"
 "in that ring; make a new reader.");
 
-/* Entries after the reader's place, at most g->max of them, copied out:
- * the batches of one poll().  The first batch counts what is there first
- * (by the head seen now: at most capacity entries are; more, and a lapped
- * reader skips the rest), so that a poll of one entry is one guarded
- * pass; a head below the place is a rewind. */
+/* One batch of a poll(): the reader's next entries, at most max of them,
+ * copied out.  Each batch loads head once (below the reader's place: the
+ * ring was rewound) and reads no further than the head the first batch
+ * saw, so that a writer faster than the reader cannot keep one call
+ * going for ever.  A poll of one entry is one pass, inlined into poll()
+ * (its call and frame were 24 instructions of a poll's 1,567). */
 typedef struct {
     ring_reader *r;
     const ring_view *v;
-    unsigned char *out; /* up to max entries of entry_bytes */
+    unsigned char *out; /* room for max entries of entry_bytes */
     uint64_t *seqs;
     size_t max, got;
-    uint64_t ahead;     /* counted by the first batch */
-    int counting, rewound;
+    uint64_t stop;      /* the first batch's head (UINT64_MAX before it) */
+    int rewound;
 } polling;
 
-static int
+static inline Py_ALWAYS_INLINE int
 poll_entries(void *arg)
 {
     polling *g = arg;
-    if (g->counting) {
-        uint64_t head = ring_head(g->v);
-        uint64_t next = g->r->next;
-        if (head < next) {
-            g->rewound = 1;
-            return 0;
-        }
-        g->ahead = head - next;
-        if (g->ahead < g->max) {
-            g->max = (size_t)g->ahead;
-        }
+    ring_reader *r = g->r;
+    uint64_t head = ring_head(g->v);
+    if (head < r->next) {
+        g->rewound = 1;
+        return 0;
     }
-    while (g->got < g->max) {
-        uint64_t seq;
-        int found = ring_read_next(g->r, g->v,
-                                   g->out + g->got * g->v->entry_bytes, &seq);
-        if (found == RING_REWOUND) {
-            g->rewound = 1;
-            break;
-        }
-        if (found == RING_NOTHING) {
-            break;
-        }
-        g->seqs[g->got++] = seq;
+    if (head < g->stop) {
+        g->stop = head; /* not below r->next: it only grows up to it */
+    }
+    size_t eb = g->v->entry_bytes;
+    while (g->got < g->max
+           && ring_read_below(r, g->v, g->stop, g->out + g->got * eb,
+                              &g->seqs[g->got])
+                  == RING_ENTRY) {
+        g->got++;
     }
     return 0;
 }
@@ -1019,18 +1064,22 @@ batch_pairs(SeqRingObject *ring, PyObject *list, const polling *g,
     return 0;
 }
 
-enum { POLL_STACK_ENTRIES = 8 };
-
 static PyObject *
 RingReader_poll(RingReaderObject *self, PyObject *const *args,
                 Py_ssize_t nargsf, PyObject *kwnames)
 {
     SeqRingObject *ring = self->ring;
-    uint64_t bound = 0;
+    /* At most capacity entries, and max_entries if given. */
+    uint64_t limit = ring->ring.capacity;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if ((nargs != 0 || kwnames != NULL)
-        && poll_bound(args, nargs, kwnames, &bound) < 0) {
-        return NULL;
+    if (SEQLOCK_UNLIKELY(nargs != 0 || kwnames != NULL)) {
+        uint64_t bound;
+        if (poll_bound(args, nargs, kwnames, &bound) < 0) {
+            return NULL;
+        }
+        if (bound != 0 && bound < limit) {
+            limit = bound;
+        }
     }
     if (reader_enter(self) < 0) {
         return NULL;
@@ -1038,51 +1087,33 @@ RingReader_poll(RingReaderObject *self, PyObject *const *args,
     PyObject *list = NULL;
     unsigned char stack_out[STACK_SNAPSHOT_BYTES];
     uint64_t stack_seqs[POLL_STACK_ENTRIES];
-    unsigned char *out = NULL;
-    uint64_t *seqs = NULL;
+    unsigned char *out = stack_out;
+    uint64_t *seqs = stack_seqs;
     if (reader_is_rewound(self)) {
         (void)set_rewound();
         goto done;
     }
-    /* At most capacity entries, max_entries if given, and batches of at
-     * most 1 MiB, each copied out whole before its objects are built; the
-     * first batch fits the stack, sized before the count is known. */
+    /* Batches (ring->poll_first, then poll_batch entries), each copied
+     * out whole before its objects are built: user code may run there
+     * (the collector), and it may close the ring. */
     size_t eb = ring->ring.entry_bytes;
-    uint64_t limit = ring->ring.capacity;
-    if (bound != 0 && bound < limit) {
-        limit = bound;
-    }
-    size_t batch = ((size_t)1 << 20) / eb;
-    if (batch == 0) {
-        batch = 1;
-    }
-    if (limit < batch) {
-        batch = (size_t)limit;
-    }
-    size_t first = STACK_SNAPSHOT_BYTES / eb;
-    if (first > POLL_STACK_ENTRIES) {
-        first = POLL_STACK_ENTRIES;
-    }
-    if (first > batch) {
-        first = batch;
-    }
-    if (first == 0) { /* an entry bigger than the stack buffer */
+    size_t first = ring->poll_first;
+    if (first == 0) { /* an entry larger than the stack buffer */
         first = 1;
-        out = scratch(stack_out, eb);
+        out = PyMem_Malloc(eb);
         if (out == NULL) {
+            PyErr_NoMemory();
             goto done;
         }
     }
-    else {
-        out = stack_out;
+    if (limit < first) {
+        first = (size_t)limit;
     }
-    seqs = stack_seqs;
-    polling g = {&self->r, &ring->ring, out, seqs, first, 0, 0, 1, 0};
+    polling g = {&self->r, &ring->ring, out, seqs, first, 0, UINT64_MAX, 0};
     int unused;
     if (ring_call(ring, poll_entries, &g, &unused) < 0) {
         goto done;
     }
-    uint64_t ahead = g.ahead;
     list = PyList_New((Py_ssize_t)g.got); /* the first batch's length */
     if (list == NULL) {
         goto done;
@@ -1101,32 +1132,30 @@ RingReader_poll(RingReaderObject *self, PyObject *const *args,
             }
             goto done;
         }
-        /* Stop at the head the count saw: a writer faster than this
-         * reader would keep one call going for ever. */
         uint64_t have = (uint64_t)PyList_GET_SIZE(list);
-        if (g.got < g.max || have >= limit || have >= ahead) {
+        if (g.got < g.max || have >= limit || self->r.next >= g.stop) {
             break;
         }
-        size_t want = batch;
+        size_t want = ring->poll_batch;
         if (limit - have < want) {
             want = (size_t)(limit - have);
         }
-        if (ahead - have < want) {
-            want = (size_t)(ahead - have);
-        }
         if (seqs == stack_seqs) { /* later batches: on the heap */
             if (out != stack_out) {
-                scratch_free(out, stack_out);
+                PyMem_Free(out);
             }
-            out = PyMem_Malloc(batch * eb);
-            seqs = PyMem_Malloc(batch * sizeof *seqs);
+            out = PyMem_Malloc(ring->poll_batch * eb);
+            seqs = PyMem_Malloc(ring->poll_batch * sizeof *seqs);
             if (out == NULL || seqs == NULL) {
                 PyErr_NoMemory();
                 Py_CLEAR(list);
                 goto done;
             }
         }
-        g = (polling){&self->r, &ring->ring, out, seqs, want, 0, 0, 0, 0};
+        g.out = out;
+        g.seqs = seqs;
+        g.max = want;
+        g.got = 0;
         if (ring_call(ring, poll_entries, &g, &unused) < 0) {
             Py_CLEAR(list);
             goto done;
@@ -1135,10 +1164,9 @@ RingReader_poll(RingReaderObject *self, PyObject *const *args,
 done:
     if (seqs != stack_seqs) {
         PyMem_Free(seqs);
-        PyMem_Free(out);
     }
-    else if (out != NULL) {
-        scratch_free(out, stack_out);
+    if (out != stack_out) {
+        PyMem_Free(out);
     }
     reader_leave(self);
     return list;

@@ -571,30 +571,22 @@ enum ring_read {
 };
 
 /**
- * ring_read_next - copy the reader's next entry into dst (v->entry_bytes
- * bytes of private memory) and its sequence number into *seq
- * Returns RING_ENTRY; RING_NOTHING once every entry below the head it
- * loaded was delivered or counted missed; RING_REWOUND (nothing read,
- * the reader unchanged: start it anew, ring_reader_init()).
- * Head is loaded once (acquire: the entries it counts have complete
- * stamps in memory).  A reader more than capacity behind skips to
- * head - capacity, counting the skipped entries missed.  Then for each
- * entry n: the stamp (acquire) must say "entry n, complete" (2n+2); the
- * words are copied with relaxed loads; an acquire fence orders them
- * before the stamp's re-load (relaxed), which must be unchanged: if any
- * word copied was stored by a later entry's writer, that writer's release
- * fence after its odd stamp makes the re-load see it.  An entry that
- * fails either check was overwritten: missed, and the next is tried.
- * At most capacity slots are looked at per call; never waits; writes
- * nothing shared.
+ * ring_read_below - ring_read_next() below a head the caller loaded with
+ * ring_head() and found not below the reader's place (h >= r->next): the
+ * reader's next entry below h into dst, its sequence number into *seq
+ * Returns RING_ENTRY, or RING_NOTHING once every entry below h was
+ * delivered or counted missed.  For a caller that reads several entries
+ * after one load of head (a batch stops at the head it saw, so a writer
+ * faster than the reader cannot keep it going): each entry is checked
+ * as ring_read_next() checks it, and a reader more than capacity behind
+ * h skips to h - capacity, so at most capacity slots are looked at per
+ * head loaded, however many calls read below it.
  */
 static inline int
-ring_read_next(ring_reader *r, const ring_view *v, void *dst, uint64_t *seq)
+ring_read_below(ring_reader *r, const ring_view *v, uint64_t h, void *dst,
+                uint64_t *seq)
 {
-    uint64_t h = ring_head(v);
-    if (h < r->next) {
-        return RING_REWOUND;
-    }
+    assert(h >= r->next);
     if (h - r->next > v->capacity) {
         r->missed += h - v->capacity - r->next;
         r->next = h - v->capacity;
@@ -618,6 +610,34 @@ ring_read_next(ring_reader *r, const ring_view *v, void *dst, uint64_t *seq)
         r->missed++;
     }
     return RING_NOTHING;
+}
+
+/**
+ * ring_read_next - copy the reader's next entry into dst (v->entry_bytes
+ * bytes of private memory) and its sequence number into *seq
+ * Returns RING_ENTRY; RING_NOTHING once every entry below the head it
+ * loaded was delivered or counted missed; RING_REWOUND (nothing read,
+ * the reader unchanged: start it anew, ring_reader_init()).
+ * Head is loaded once (acquire: the entries it counts have complete
+ * stamps in memory).  A reader more than capacity behind skips to
+ * head - capacity, counting the skipped entries missed.  Then for each
+ * entry n: the stamp (acquire) must say "entry n, complete" (2n+2); the
+ * words are copied with relaxed loads; an acquire fence orders them
+ * before the stamp's re-load (relaxed), which must be unchanged: if any
+ * word copied was stored by a later entry's writer, that writer's release
+ * fence after its odd stamp makes the re-load see it.  An entry that
+ * fails either check was overwritten: missed, and the next is tried
+ * (ring_read_below()).  At most capacity slots are looked at per call;
+ * never waits; writes nothing shared.
+ */
+static inline int
+ring_read_next(ring_reader *r, const ring_view *v, void *dst, uint64_t *seq)
+{
+    uint64_t h = ring_head(v);
+    if (h < r->next) {
+        return RING_REWOUND;
+    }
+    return ring_read_below(r, v, h, dst, seq);
 }
 
 /**

@@ -1,8 +1,9 @@
 /*
  * test_ring.c - ring.h's broadcast ring: its geometry and ring_matches();
  * appends read back in order under consecutive sequence numbers; readers
- * that start at the newest, the oldest or the last n entries; a lapped
- * reader counts exactly what it missed and never gets a torn entry; a
+ * that start at the newest, the oldest or the last n entries, or read
+ * below a head loaded once; a lapped reader counts exactly what it
+ * missed and never gets a torn entry; a
  * rolled-back or dead writer's entry is never delivered and its number is
  * reused; a reader on a read-only mapping reads and waits; rewritten head
  * and stamp words never make a reader loop, read outside the ring or
@@ -426,6 +427,31 @@ test_a_lapped_reader_gets_the_retained_entries_and_counts_the_rest_missed(
     CHECK(tl.delivered == 4 && tl.first == 6 && tl.last == 9);
     CHECK(r.missed == 6 && r.overwritten == 0);
     CHECK(tl.torn == 0 && tl.unaccounted == 0);
+}
+
+static void
+test_a_reader_below_a_head_it_loaded_stops_there_and_skips_a_lap_behind_it(
+    void)
+{
+    struct test_ring t;
+    CHECK(ring_new(&t, 4));
+    ring_reader r;
+    ring_reader_init(&r, &t.v, 1); /* at 0 */
+    CHECK(append_many(&t.v, 10));
+    uint64_t e[WORDS], seq = 99;
+    int got[6], n = 0;
+    /* below 7 (as if head were loaded when it was 7): 3..6, of which the
+     * ring still holds 6 only; 0..2 are more than a lap behind 7 */
+    while (n < 6 && (got[n] = ring_read_below(&r, &t.v, 7, e, &seq))
+                        == RING_ENTRY) {
+        CHECK(is_entry(e, seq));
+        n++;
+    }
+    uint64_t first_seq = seq;
+    ring_free(&t);
+    CHECK(n == 1 && first_seq == 6 && got[1] == RING_NOTHING);
+    /* 0..2 skipped, 3..5 found holding 7..9 */
+    CHECK(r.next == 7 && r.missed == 6 && r.overwritten == 0);
 }
 
 static void
@@ -1003,6 +1029,8 @@ static const struct test tests[] = {
     TEST(test_a_reader_of_the_last_n_gets_the_newest_n_entries_at_most_capacity,
          PLAIN),
     TEST(test_a_lapped_reader_gets_the_retained_entries_and_counts_the_rest_missed,
+         PLAIN),
+    TEST(test_a_reader_below_a_head_it_loaded_stops_there_and_skips_a_lap_behind_it,
          PLAIN),
     TEST(test_an_entry_is_not_delivered_before_its_append_closes, PLAIN),
     TEST(test_an_entry_whose_slot_a_writer_has_opened_is_counted_missed,
