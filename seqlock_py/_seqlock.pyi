@@ -348,6 +348,8 @@ class RingReader(Generic[_S]):
 
     def poll(self, max_entries: int | None = None) -> list[tuple[int, _S]]:
         """The entries appended since the last poll, in order, as (sequence, snapshot) pairs, at most max_entries of them if given; RuntimeError once the ring was seen rewound, and at every call after."""
+    def poll_one(self) -> _S | None:
+        """The next entry this reader has not polled (its sequence number is then next_sequence - 1), or None: poll(1) without the list and the pair."""
     def wait(self, timeout: float | None = None) -> bool:
         """True once an entry this reader has not polled is there (or the ring was rewound), False on timeout."""
     def wait_async(self, timeout: float | None = None) -> Coroutine[Any, Any, bool]:

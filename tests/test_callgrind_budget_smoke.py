@@ -16,7 +16,7 @@ import pytest
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "callgrind-budget"
 CALLS = ["empty loop", "empty call", "read_into", "reader_into", "read",
-         "update", "append", "poll"]
+         "update", "append", "poll", "poll_one"]
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")

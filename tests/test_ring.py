@@ -964,3 +964,78 @@ def test_poll_gives_each_entry_as_read_gives_a_record_of_the_same_fields(fields,
     assert type(entry) is type(snap)
     assert tuple(entry) == tuple(snap)
     assert [type(v) for v in entry] == [type(v) for v in snap]
+
+
+# ---- poll_one(): the next entry alone ----
+
+
+def test_poll_one_returns_each_entry_in_order_then_none():
+    ring = small_ring(8)
+    reader = ring.reader()
+    for i in range(3):
+        ring.append(x=i * 0.5, n=i, v=(i, i + 1, i + 2))
+    got = []
+    while (entry := reader.poll_one()) is not None:
+        got.append((reader.next_sequence - 1, entry))
+    assert [(s, e.n, e.x) for s, e in got] == [(i, i, i * 0.5) for i in range(3)]
+    assert reader.poll_one() is None and reader.poll() == []
+
+
+def test_poll_one_gives_the_entry_poll_gives():
+    ring = SeqRing(8, _Floats)
+    one, many = ring.reader(), ring.reader()
+    ring.append(x=1.5, y=0.1)
+    entry = one.poll_one()
+    [(seq, same)] = many.poll()
+    assert type(entry) is type(same) is _Floats and entry == same and seq == one.next_sequence - 1
+
+
+def test_a_lapped_poll_one_skips_to_the_oldest_retained_entry_counting_the_rest():
+    ring = small_ring(4)
+    reader = ring.reader()
+    for i in range(10):
+        ring.append(n=i)
+    assert reader.poll_one().n == 6
+    assert (reader.missed, reader.next_sequence) == (6, 7)
+    assert [e.n for _, e in reader.poll()] == [7, 8, 9]
+
+
+def test_poll_one_of_an_entry_larger_than_the_stack_buffer_returns_it_whole():
+    ring = SeqRing(4, a="100d", n="q")
+    reader = ring.reader()
+    ring.append(a=[float(k) for k in range(100)], n=7)
+    entry = reader.poll_one()
+    assert entry.n == 7 and entry.a == tuple(float(k) for k in range(100))
+
+
+def test_poll_one_of_a_rewound_ring_raises_and_keeps_raising():
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    ring = SeqRing.create(buf, 4, x="d")
+    reader = ring.reader()
+    for i in range(3):
+        ring.append(x=i)
+    reader.poll()
+    ring = SeqRing.create(buf, 4, overwrite=True, x="d")
+    with pytest.raises(RuntimeError, match="rewound"):
+        reader.poll_one()
+    for i in range(5):
+        ring.append(x=i)
+    with pytest.raises(RuntimeError, match="rewound"):
+        reader.poll_one()
+
+
+def test_poll_one_of_a_closed_ring_raises_value_error():
+    ring = small_ring(4)
+    reader = ring.reader()
+    ring.append(n=1)
+    ring.close()
+    with pytest.raises(ValueError, match="closed"):
+        reader.poll_one()
+
+
+def test_poll_one_takes_no_argument():
+    reader = small_ring(4).reader()
+    with pytest.raises(TypeError):
+        reader.poll_one(1)
+    with pytest.raises(TypeError):
+        reader.poll_one(max_entries=1)
