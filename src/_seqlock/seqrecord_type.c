@@ -1162,7 +1162,8 @@ values_snapshot(SeqRecordObject *self, uint64_t *seq)
         return NULL;
     }
     PyObject *tuple = NULL;
-    if (snapshot(self, buf, 0, layout->data_bytes, seq) < 0
+    if ((*seq = snapshot(self, buf, 0, layout->data_bytes))
+            == SNAPSHOT_FAILED
         || (tuple = snapshot_new(self->snapshot_type, self->snapshot_plain,
                                  layout->nfields)) == NULL) {
         goto done;
@@ -1292,12 +1293,11 @@ read_field(SeqRecordObject *self, const field_spec *f)
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     size_t n = f->item_size * (size_t)f->count;
     unsigned char *buf = scratch(stack, n);
-    uint64_t seq;
     if (buf == NULL) {
         return NULL;
     }
     PyObject *value = NULL;
-    if (snapshot(self, buf, f->offset, n, &seq) == 0) {
+    if (snapshot(self, buf, f->offset, n) != SNAPSHOT_FAILED) {
         value = field_decode(f, buf);
     }
     scratch_free(buf, stack);
@@ -1396,12 +1396,50 @@ error:
     return -1;
 }
 
+#if BYTEARRAY_HOLD
+/* read_into(bytearray), the commonest buffer, without a buffer export:
+ * held as its export holds it (compat.h), it needs no format check (it
+ * holds bytes), and its place is checked against the open memory through
+ * this thread's last clear range.  The same copy: snapshot() checks closed
+ * and pins, guards file-backed memory, retries.  1 with *result (NULL with
+ * an exception); 0 if the general path must look (too small, or over open
+ * memory: it says which). */
+static int
+read_into_bytearray(SeqRecordObject *self, PyObject *buffer,
+                    PyObject **result)
+{
+    size_t n = self->layout->data_bytes;
+    int done = 0;
+    bytearray_hold(buffer);
+    if ((size_t)PyByteArray_GET_SIZE(buffer) >= n) {
+        void *dst = PyByteArray_AS_STRING(buffer);
+        if (!open_memory_overlaps_cached(dst, n)) {
+            uint64_t seq = snapshot(self, dst, 0, n);
+            *result = seq == SNAPSHOT_FAILED
+                          ? NULL
+                          : PyLong_FromUnsignedLongLong(seq);
+            done = 1;
+        }
+    }
+    bytearray_unhold(buffer);
+    return done;
+}
+#endif
+
 static PyObject *
 SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                     Py_ssize_t nargsf, PyObject *kwnames)
 {
-    RETURN_IF_CLOSED(self, NULL);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+#if BYTEARRAY_HOLD
+    PyObject *result;
+    if (SEQLOCK_LIKELY(nargs == 1 && kwnames == NULL)
+        && PyByteArray_CheckExact(args[0])
+        && read_into_bytearray(self, args[0], &result)) {
+        return result;
+    }
+#endif
+    RETURN_IF_CLOSED(self, NULL);
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs != 1 || nkw > 1
         || (nkw == 1
@@ -1418,10 +1456,9 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                          "read_into()", &view, &offset, &n) < 0) {
         return NULL;
     }
-    uint64_t seq;
-    int failed = snapshot(self, view.buf, offset, n, &seq);
+    uint64_t seq = snapshot(self, view.buf, offset, n);
     PyBuffer_Release(&view);
-    return failed ? NULL : PyLong_FromUnsignedLongLong(seq);
+    return seq == SNAPSHOT_FAILED ? NULL : PyLong_FromUnsignedLongLong(seq);
 }
 
 /* ---- writers ---- */
