@@ -19,7 +19,7 @@ typedef struct {
                                 whether it may write it, what to guard */
     record_layout *layout;
     PyTypeObject *snapshot_type; /* what read() returns (snapshot.h) */
-    int snapshot_plain;          /* snapshot_is_plain(snapshot_type) */
+    int snapshot_kind;           /* snapshot_kind(snapshot_type) */
     void *memory;    /* a record's own memory (SeqRecord()), else NULL */
     Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
     /* The token of a thread whose open section's RecordWriter was freed

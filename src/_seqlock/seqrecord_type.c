@@ -112,7 +112,7 @@ record_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
     }
     self->layout = layout;
     self->snapshot_type = snapshot_type;
-    self->snapshot_plain = snapshot_is_plain(snapshot_type);
+    self->snapshot_kind = snapshot_kind(snapshot_type);
     defer_refcount((PyObject *)self);
     return self;
 }
@@ -1151,7 +1151,35 @@ PyDoc_STRVAR(SeqRecord_read_doc,
 "section is open (in any thread or process, even this thread's), the\n"
 "state before it.");
 
-/* One consistent snapshot as a tuple, and its (even) sequence number. */
+/* The snapshot of n float64 values, each a fresh float: no per-field
+ * switch (layout->all_float64). */
+static inline PyObject *
+float64_snapshot(SeqRecordObject *self, const unsigned char *buf,
+                 Py_ssize_t n)
+{
+    PyObject *tuple = snapshot_new(self->snapshot_type, self->snapshot_kind,
+                                   n);
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double d;
+        memcpy(&d, buf + (size_t)i * sizeof d, sizeof d);
+        PyObject *value = PyFloat_FromDouble(d);
+        if (value == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, i, value);
+    }
+    return tuple;
+}
+
+/* One consistent snapshot as a tuple, and its (even) sequence number.
+ * Copied first, whole, then decoded: nothing is read twice from the
+ * shared memory, and nothing is allocated while the copy may be torn
+ * (an allocation may run the collector, and so Python code, which on the
+ * GIL build could close the record under the copy). */
 static PyObject *
 values_snapshot(SeqRecordObject *self, uint64_t *seq)
 {
@@ -1163,9 +1191,16 @@ values_snapshot(SeqRecordObject *self, uint64_t *seq)
     }
     PyObject *tuple = NULL;
     if ((*seq = snapshot(self, buf, 0, layout->data_bytes))
-            == SNAPSHOT_FAILED
-        || (tuple = snapshot_new(self->snapshot_type, self->snapshot_plain,
-                                 layout->nfields)) == NULL) {
+        == SNAPSHOT_FAILED) {
+        goto done;
+    }
+    if (layout->all_float64) {
+        tuple = float64_snapshot(self, buf, layout->nfields);
+        goto done;
+    }
+    tuple = snapshot_new(self->snapshot_type, self->snapshot_kind,
+                         layout->nfields);
+    if (tuple == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < layout->nfields; i++) {
@@ -1182,12 +1217,24 @@ done:
     return tuple;
 }
 
+/* Records of up to this many float64 fields are read into an array of
+ * their own (no scratch() to choose one). */
+#define FLOAT64_ON_STACK 16
+
 static PyObject *
 SeqRecord_read(SeqRecordObject *self, PyObject *const *Py_UNUSED(args),
                Py_ssize_t nargs)
 {
     if (takes_no_arguments("read", nargs) < 0) {
         return NULL;
+    }
+    const record_layout *layout = self->layout;
+    if (layout->all_float64 && layout->nfields <= FLOAT64_ON_STACK) {
+        unsigned char buf[FLOAT64_ON_STACK * sizeof(double)];
+        if (snapshot(self, buf, 0, layout->data_bytes) == SNAPSHOT_FAILED) {
+            return NULL;
+        }
+        return float64_snapshot(self, buf, layout->nfields);
     }
     uint64_t seq;
     return values_snapshot(self, &seq);

@@ -42,7 +42,7 @@ typedef struct {
     ring_view ring;    /* this process's geometry, never re-read */
     record_layout *layout;
     PyTypeObject *snapshot_type;
-    int snapshot_plain;
+    int snapshot_kind; /* snapshot_kind(snapshot_type) */
     void *memory;      /* SeqRing()'s own memory, else NULL */
     Py_buffer view;    /* create()/attach()'s buffer (view.obj NULL if none) */
     PyObject *closer;  /* close() calls it after releasing view, or NULL */
@@ -134,7 +134,7 @@ ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
     }
     self->layout = layout;
     self->snapshot_type = snapshot_type;
-    self->snapshot_plain = snapshot_is_plain(snapshot_type);
+    self->snapshot_kind = snapshot_kind(snapshot_type);
     return self;
 }
 
@@ -817,7 +817,7 @@ static PyObject *
 entry_snapshot(SeqRingObject *ring, const unsigned char *buf)
 {
     const record_layout *layout = ring->layout;
-    PyObject *tuple = snapshot_new(ring->snapshot_type, ring->snapshot_plain,
+    PyObject *tuple = snapshot_new(ring->snapshot_type, ring->snapshot_kind,
                                    layout->nfields);
     if (tuple == NULL) {
         return NULL;
