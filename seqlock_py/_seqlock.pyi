@@ -87,12 +87,12 @@ _Value = Any
 
 @final
 class ReaderInto:
-    """What SeqRecord.reader_into(buffer) returns: into() copies one snapshot into the buffer."""
+    """A record's reader bound to one buffer, checked once: SeqRecord.reader_into(buffer) hands out its bound method into."""
     @property
     def record(self) -> SeqRecord[Any]: ...
     @property
     def buffer(self) -> Buffer: ...
-    def __call__(self) -> int:
+    def into(self) -> int:
         """Copy one consistent snapshot into the buffer; return its (even) sequence."""
 
 @final
@@ -192,8 +192,8 @@ class SeqRecord(Generic[_S]):
         """One consistent snapshot as a dict."""
     def read_into(self, buffer: Buffer, /, *, field: str | None = None) -> int:
         """Copy a snapshot (or one array field's value) into buffer; return its (even) sequence."""
-    def reader_into(self, buffer: Buffer, /, *, field: str | None = None) -> ReaderInto:
-        """read_into(buffer, field=field) bound to the buffer, checked once: the fast form of a copying loop."""
+    def reader_into(self, buffer: Buffer, /, *, field: str | None = None) -> Callable[[], int]:
+        """read_into(buffer, field=field) bound to the buffer, checked once: the fast form of a copying loop (ReaderInto.into, bound)."""
     def __getitem__(self, name: str, /) -> _Value: ...
     def get(self, name: str, default: Any = None, /) -> _Value:
         """One field's consistent value, or default for an unknown name."""

@@ -195,3 +195,102 @@ def test_one_snapshots_fields_are_consistent_while_a_writer_keeps_x_equal_y():
     assert writes > 0
     assert sum(reads for reads, _ in readers) > 0
     assert sum(torn for _, torn in readers) == 0
+
+
+# ---- a thread's spare snapshots (snapshot.h) ----
+
+
+def test_a_snapshot_read_is_not_tracked_by_the_collector(rec):
+    # It holds numbers and tuples of numbers: no cycle can run through it.
+    first = rec.read()
+    del first
+    again = rec.read()  # from the thread's spares, as a rule
+    assert not gc.is_tracked(again) and again == (1.5, -7, True, (1.0, 2.0, 3.0))
+
+
+def test_a_snapshot_the_class_makes_holds_anything_and_lets_it_go(rec):
+    class Item:
+        pass
+
+    item = Item()
+    gone = []
+    import weakref
+
+    ref = weakref.ref(item, gone.append)
+    snap = type(rec.read())((item, [item], "s", None))
+    assert gc.is_tracked(snap) and snap.x is item
+    del item, snap
+    assert ref() is None and len(gone) == 1
+
+
+def test_a_deep_chain_of_snapshots_the_class_makes_is_freed(rec):
+    # The tuple's trashcan keeps freeing a deep chain off the C stack.
+    cls = type(rec.read())
+    chain = cls((None, 0, False, ()))
+    for _ in range(200_000):
+        chain = cls((chain, 0, False, ()))
+    del chain
+    assert rec.read().n == -7
+
+
+@pytest.mark.thread_unsafe(reason="starts its own threads")
+def test_snapshots_freed_by_another_thread_leave_its_reads_right(rec):
+    # A snapshot goes to the spares of the thread that drops it; the next
+    # reads there start from it and must show only what they read.
+    import queue
+
+    handed = queue.Queue(maxsize=64)
+    seen = []
+
+    def producer():
+        read = rec.read
+        for _ in range(5000):
+            handed.put(read())
+        handed.put(None)
+
+    def consumer():
+        read = rec.read
+        wrong = 0
+        while (snap := handed.get()) is not None:
+            wrong += snap != (1.5, -7, True, (1.0, 2.0, 3.0))
+            del snap
+            mine = read()
+            wrong += mine != (1.5, -7, True, (1.0, 2.0, 3.0))
+        seen.append(wrong)
+
+    threads = [threading.Thread(target=producer), threading.Thread(target=consumer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [0]
+
+
+@pytest.mark.thread_unsafe(reason="tracemalloc counts every thread's allocations")
+def test_threads_that_read_leave_no_spare_snapshots_behind(rec):
+    # Each thread's spares go with its thread state: 100 more reading
+    # threads leave the traced memory where 20 left it (a leak of each
+    # thread's spares, about 1 KiB with its snapshots, would add 100 KiB).
+    import tracemalloc
+
+    def reader():
+        snaps = [rec.read() for _ in range(8)]
+        del snaps
+        rec.read()
+
+    def run(n):
+        for _ in range(n):
+            t = threading.Thread(target=reader)
+            t.start()
+            t.join()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0]
+
+    tracemalloc.start()
+    try:
+        run(20)
+        after_20 = run(20)
+        after_120 = run(100)
+    finally:
+        tracemalloc.stop()
+    assert after_120 - after_20 < 30_000, (after_20, after_120)

@@ -282,6 +282,47 @@ def test_read_into_rejects_an_object_without_a_buffer(rec):
         rec.read_into([0.0] * 8)
 
 
+def test_read_into_a_bytearray_gives_its_hold_back_whatever_the_outcome(rec):
+    # A bytearray is held as its export holds it while read_into() copies
+    # (no resize meanwhile), and let go after: copied, too small, closed.
+    buf, small = bytearray(rec.nbytes), bytearray(rec.nbytes - 1)
+    rec.read_into(buf)
+    with pytest.raises(ValueError, match="too small"):
+        rec.read_into(small)
+    rec.close()
+    with pytest.raises(ValueError, match="closed"):
+        rec.read_into(buf)
+    buf.extend(b"more")
+    small.extend(b"more")
+    assert len(buf) == rec.nbytes + 4
+
+
+def test_read_into_refuses_a_bytearray_a_record_was_created_in_since():
+    # A thread remembers the last buffer it found clear of open records;
+    # a record opened since over that buffer is seen all the same.
+    size = SeqRecord.buffer_size(x="d")
+    backing = bytearray(size)
+    rec = SeqRecord(x="d")
+    rec.read_into(backing)
+    inner = SeqRecord.create(backing, x="d")
+    before = bytes(backing)
+    with pytest.raises(ValueError, match="has open"):
+        rec.read_into(backing)
+    assert bytes(backing) == before
+    inner.close()
+    assert rec.read_into(backing) == rec.sequence
+
+
+def test_read_into_fills_a_bytearray_subclass(rec):
+    class Buf(bytearray):
+        pass
+
+    rec.update(n=7)
+    buf = Buf(rec.nbytes)
+    rec.read_into(buf)
+    assert struct.unpack(rec.format, buf)[2] == 7
+
+
 # ---- update ----
 
 

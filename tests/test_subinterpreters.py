@@ -161,3 +161,48 @@ def test_async_waits_work_in_an_isolated_subinterpreter(scenario):
         run_python(IN_AN_ISOLATED_SUBINTERPRETER, SCENARIOS[scenario], timeout=20),
         f"{scenario} in an isolated subinterpreter",
     )
+
+
+# Reads in the main interpreter and in an isolated subinterpreter, on one
+# OS thread in turn: each thread state keeps its own spare snapshots
+# (snapshot.h), so none crosses to the other interpreter's allocator, and
+# the subinterpreter's go with it.
+READS_HERE_AND_THERE = r'''
+import sys
+import _interpreters
+from seqlock_py import SeqRecord
+
+READS = """
+from seqlock_py import SeqRecord
+rec = SeqRecord(x="d", y="d")
+rec.update(x=1.0, y=2.0)
+for _ in range(3):
+    kept = [rec.read() for _ in range(10)]
+    assert all(s == (1.0, 2.0) for s in kept), kept
+    del kept
+"""
+
+rec = SeqRecord(x="d", y="d")
+rec.update(x=3.0, y=4.0)
+held = [rec.read() for _ in range(10)]
+interp = _interpreters.create(_interpreters.new_config("isolated"))
+try:
+    for _ in range(3):
+        failure = _interpreters.exec(interp, READS)
+        assert failure is None, getattr(failure, "formatted", failure)
+        kept = [rec.read() for _ in range(10)]
+        assert all(s == (3.0, 4.0) for s in kept + held), kept
+        del kept
+finally:
+    _interpreters.destroy(interp)
+del held
+assert [rec.read() for _ in range(10)] == [(3.0, 4.0)] * 10
+print("ok reads here and there", flush=True)
+'''
+
+
+def test_reads_in_the_main_interpreter_and_a_subinterpreter_on_one_thread():
+    assert_clean_exit(
+        run_python(READS_HERE_AND_THERE, timeout=20),
+        "reads in the main interpreter and an isolated subinterpreter",
+    )

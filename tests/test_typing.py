@@ -32,6 +32,8 @@ USE = textwrap.dedent(
     snapshot: tuple[object, ...] = rec.read()
     buf = bytearray(rec.nbytes)
     sequence: int = rec.read_into(buf)
+    into = rec.reader_into(buf)
+    sequence = into()
     fields: tuple[str, ...] = rec.fields
 
     version, values = rec.read_versioned()

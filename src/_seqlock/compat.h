@@ -107,4 +107,43 @@ tuple_reset_hash(PyObject *tuple)
 #endif
 }
 
+/* An exact bytearray's memory held for a copy into it as its buffer export
+ * holds it, without the export's Py_buffer: the count of exports that its
+ * resize checks (BufferError while nonzero), moved exactly as the
+ * bytearray's own bf_getbuffer and bf_releasebuffer move it from 3.11 to
+ * 3.13, and on a GIL build of any version.  The free-threaded 3.14 moves
+ * it inside the object's critical section: there a caller exports the
+ * buffer (BYTEARRAY_HOLD 0).  Filling and releasing a Py_buffer costs
+ * read_into() ~80 instructions of ~300. */
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030e0000
+#define BYTEARRAY_HOLD 0
+#else
+#define BYTEARRAY_HOLD 1
+static inline void
+bytearray_hold(PyObject *bytearray)
+{
+    ((PyByteArrayObject *)bytearray)->ob_exports++;
+}
+
+static inline void
+bytearray_unhold(PyObject *bytearray)
+{
+    ((PyByteArrayObject *)bytearray)->ob_exports--;
+}
+#endif
+
+/* Calls of a builtin method made by PyCFunction_NewEx() that go through
+ * its vectorcall (every call where the interpreter does not specialize
+ * it, which 3.13t's never does) reach fn directly instead of CPython's
+ * trampoline for its METH_ flags (a recursion guard and the same
+ * argument checks, ~30 instructions).  fn must do what that trampoline
+ * and the method do; the method's own C function stays what specialized
+ * calls and introspection see.  The field is PyCFunctionObject's own
+ * (cpython/methodobject.h, 3.9 on). */
+static inline void
+builtin_method_vectorcall(PyObject *method, vectorcallfunc fn)
+{
+    ((PyCFunctionObject *)method)->vectorcall = fn;
+}
+
 #endif /* SEQLOCK_PY_COMPAT_H */

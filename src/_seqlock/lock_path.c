@@ -145,7 +145,7 @@ record_memory_opened(const bound_record *r, const void *memory, size_t len)
 int
 refuse_open_memory(const char *call, const void *p, size_t len)
 {
-    if (open_memory_overlaps(p, len)) {
+    if (open_memory_overlaps_cached(p, len)) {
         PyErr_Format(PyExc_ValueError,
                      "%s cannot copy into the memory of a record or ring "
                      "this process has open (a view of the buffer it lives "

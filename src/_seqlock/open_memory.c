@@ -31,6 +31,8 @@ _Atomic unsigned long long open_memory_sequence_; /* odd while a writer
 static _Atomic(table *) ranges;      /* never freed: see grow() */
 static _Atomic size_t used;          /* slots of ranges in use */
 static _Atomic uintptr_t hull_lo = UINTPTR_MAX, hull_hi = 0;
+_Thread_local open_memory_clear open_memory_clear_
+    __attribute__((tls_model("initial-exec")));
 
 /* A fork must not copy the sequence word odd: a writer holds the mutex
  * for its whole odd phase, so holding it across fork() keeps every writer
@@ -216,6 +218,10 @@ open_memory_overlaps(const void *p, size_t len)
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&open_memory_sequence_,
                                  memory_order_relaxed) == s) {
+            if (!found) {
+                /* the set as of s: clear (open_memory_overlaps_cached()) */
+                open_memory_clear_ = (open_memory_clear){lo, hi, s};
+            }
             return found;
         }
     }

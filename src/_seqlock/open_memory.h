@@ -21,6 +21,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Add [memory, memory + len) under key (the object's own address, unique
  * while it lives).  0, or ENOMEM with nothing added. */
@@ -45,6 +46,35 @@ static inline unsigned long long
 open_memory_version(void)
 {
     return atomic_load_explicit(&open_memory_sequence_, memory_order_acquire);
+}
+
+/* The last range the calling thread found clear of every open range
+ * (open_memory_overlaps() stores it), with the version of the set it was
+ * checked against.  Thread-local, so that readers keep writing nothing
+ * shared; initial-exec, as in_use_mine_ (in_use.h). */
+typedef struct {
+    uintptr_t lo, hi;
+    unsigned long long version;
+} open_memory_clear;
+extern _Thread_local open_memory_clear open_memory_clear_
+    __attribute__((tls_model("initial-exec")));
+
+/* open_memory_overlaps() for a copy made per call into a buffer that is
+ * usually the same: while the set's version stands, a range inside the
+ * one this thread last found clear is clear too (the set is the same
+ * set), which one load and three compares tell.  A heap buffer often lies
+ * inside the hull of the open ranges, where open_memory_overlaps() walks
+ * the table. */
+static inline int
+open_memory_overlaps_cached(const void *p, size_t len)
+{
+    const open_memory_clear *c = &open_memory_clear_;
+    uintptr_t lo = (uintptr_t)p;
+    if (open_memory_version() == c->version && lo >= c->lo && lo <= c->hi
+        && len <= c->hi - lo) {
+        return 0;
+    }
+    return open_memory_overlaps(p, len);
 }
 
 #endif /* SEQLOCK_PY_OPEN_MEMORY_H */

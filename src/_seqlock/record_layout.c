@@ -341,6 +341,13 @@ layout_from_kwargs(PyObject *kwargs)
         }
     }
     layout->data_bytes = offset;
+    layout->all_float64 = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (layout->fields[i].kind != 'd' || layout->fields[i].is_array
+            || layout->fields[i].offset != (size_t)i * sizeof(double)) {
+            layout->all_float64 = 0;
+        }
+    }
     layout->format = format;
     layout->descriptor = PyUnicode_AsUTF8String(descriptor);
     Py_DECREF(descriptor);

@@ -35,6 +35,10 @@ typedef struct {
     PyObject *index;       /* dict: name -> position */
     PyObject *format;      /* str: native struct format of all fields */
     PyObject *descriptor;  /* bytes: "name:code;..." stored in the header */
+    int all_float64;       /* every field a scalar 'd', field i the
+                              float64 at 8 * i: a record's read() and a
+                              ring's entries decode them with no per-field
+                              switch (float64_snapshot()) */
     /* update()'s field choices for its first keyword tuples
      * (field_choice.h); freed with the layout. */
     _Atomic(struct field_choice *) choices[FIELD_CHOICES];

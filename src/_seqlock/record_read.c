@@ -119,14 +119,14 @@ snapshot_retrying_pinned(SeqRecordObject *self, latch_read *r)
 /* snapshot_pinned() but its inline case: the first pass inside the guard
  * if a file backs the memory, then snapshot_retrying() if a write
  * overlapped it. */
-int
-snapshot_slow(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-              uint64_t *seq)
+uint64_t
+snapshot_slow(SeqRecordObject *self, void *dst, size_t offset, size_t n)
 {
     const bound_record *b = &self->rec;
+    uint64_t seq;
     int whole;
     if (b->guarded == NULL) {
-        whole = record_try_read(&b->view, dst, offset, n, seq);
+        whole = record_try_read(&b->view, dst, offset, n, &seq);
     }
     else {
         bus_guard guard;
@@ -134,19 +134,18 @@ snapshot_slow(SeqRecordObject *self, void *dst, size_t offset, size_t n,
         if (bus_guard_enter(&guard) != 0) {
             bus_guard_left(&guard);
             set_memory_gone();
-            return -1;
+            return SNAPSHOT_FAILED;
         }
-        whole = record_try_read(&b->view, dst, offset, n, seq);
+        whole = record_try_read(&b->view, dst, offset, n, &seq);
         bus_guard_leave(&guard);
     }
     if (!whole) {
         latch_read r = {&b->view, &self->lock.budget, dst, offset, n, 0, 0,
                         NULL, 0};
         if (snapshot_retrying(self, &r) < 0) {
-            return -1;
+            return SNAPSHOT_FAILED;
         }
-        *seq = r.seq;
+        seq = r.seq;
     }
-    *seq &= ~(uint64_t)1;
-    return 0;
+    return seq & ~(uint64_t)1;
 }

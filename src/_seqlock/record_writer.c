@@ -362,8 +362,10 @@ RecordWriter_getattro(RecordWriterObject *self, PyObject *name)
         return (PyObject *)view;
     }
     unsigned char item[8];
+    /* a scalar: item_size <= 8 (said, for the compiler's bounds checks) */
+    size_t n = f->item_size < sizeof item ? f->item_size : sizeof item;
     record_load_bytes(item, record_copy(&self->record->rec.view, 0), f->offset,
-                      f->item_size);
+                      n);
     return item_decode(f, item);
 }
 

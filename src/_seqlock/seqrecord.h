@@ -19,7 +19,7 @@ typedef struct {
                                 whether it may write it, what to guard */
     record_layout *layout;
     PyTypeObject *snapshot_type; /* what read() returns (snapshot.h) */
-    int snapshot_plain;          /* snapshot_is_plain(snapshot_type) */
+    int snapshot_kind;           /* snapshot_kind(snapshot_type) */
     void *memory;    /* a record's own memory (SeqRecord()), else NULL */
     Py_buffer view;  /* create()/attach()'s buffer (view.obj NULL if none) */
     /* The token of a thread whose open section's RecordWriter was freed
@@ -110,51 +110,56 @@ typedef struct {
 /* snapshot()'s slow path: 0, or -1 with an exception. */
 int snapshot_retrying(SeqRecordObject *self, latch_read *r);
 
+/* What snapshot() returns when it failed: odd, so never the sequence
+ * number of a snapshot (even). */
+#define SNAPSHOT_FAILED UINT64_MAX
+
 /* Copy data bytes [offset, +n) of one consistent snapshot into dst and
- * store its sequence number in *seq: the count at the end of the section
- * that wrote it (even; while a section is open, the count before it).
+ * return its sequence number: the count at the end of the section that
+ * wrote it (even; while a section is open, the count before it).
  * A latch reader: it never waits for a writer and never takes the lock,
  * so a writer stopped or dead at any point cannot hold it up.  A write
  * storm that keeps overlapping its copies past max_retries makes it go
  * on with the interpreter released, yielding the CPU between passes (so
  * that writers of this process can finish, and a stop-the-world pause is
- * not held up); read_fallbacks counts those reads.  0, or -1 with OSError
- * (the file behind the record was truncated) or what a signal handler
- * raised meanwhile. */
-int snapshot_slow(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-                  uint64_t *seq);
+ * not held up); read_fallbacks counts those reads.  SNAPSHOT_FAILED with
+ * OSError (the file behind the record was truncated) or what a signal
+ * handler raised meanwhile.  (The number is returned, not stored through
+ * a pointer: the inline case then keeps it in a register, and its
+ * callers need no stack canary.) */
+uint64_t snapshot_slow(SeqRecordObject *self, void *dst, size_t offset,
+                       size_t n);
 
-static inline int
-snapshot_pinned(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-                uint64_t *seq)
+Py_ALWAYS_INLINE static inline uint64_t
+snapshot_pinned(SeqRecordObject *self, void *dst, size_t offset, size_t n)
 {
     /* Inline, the common case only: memory no file backs (a guard's
      * sigsetjmp() would keep the compiler from inlining) and a first pass
      * no write overlapped. */
+    uint64_t seq;
     if (SEQLOCK_LIKELY(self->rec.guarded == NULL)
         && SEQLOCK_LIKELY(record_try_read(&self->rec.view, dst, offset, n,
-                                          seq))) {
-        *seq &= ~(uint64_t)1;
-        return 0;
+                                          &seq))) {
+        return seq & ~(uint64_t)1;
     }
-    return snapshot_slow(self, dst, offset, n, seq);
+    return snapshot_slow(self, dst, offset, n);
 }
 
 /* ... as above, on an open record: ValueError once it is closed.  A
  * free-threaded build pins the record throughout (close() waits for the
  * copy to end); the GIL build holds the GIL from the check to the last
- * touch, but in the slow path (snapshot_retrying() pins). */
-static inline int
-snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n,
-         uint64_t *seq)
+ * touch, but in the slow path (snapshot_retrying() pins).  Inlined in every
+ * reader, always: the call would cost a tenth of a short read. */
+Py_ALWAYS_INLINE static inline uint64_t
+snapshot(SeqRecordObject *self, void *dst, size_t offset, size_t n)
 {
     const bound_record *b = &self->rec;
     if (record_pin_ft(b) < 0) {
-        return -1;
+        return SNAPSHOT_FAILED;
     }
-    int result = snapshot_pinned(self, dst, offset, n, seq);
+    uint64_t seq = snapshot_pinned(self, dst, offset, n);
     record_unpin_ft(b);
-    return result;
+    return seq;
 }
 
 /* A buffer for n bytes of snapshot: the stack one if it fits. */

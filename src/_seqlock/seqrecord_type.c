@@ -112,7 +112,7 @@ record_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
     }
     self->layout = layout;
     self->snapshot_type = snapshot_type;
-    self->snapshot_plain = snapshot_is_plain(snapshot_type);
+    self->snapshot_kind = snapshot_kind(snapshot_type);
     defer_refcount((PyObject *)self);
     return self;
 }
@@ -1159,7 +1159,11 @@ PyDoc_STRVAR(SeqRecord_read_doc,
 "section is open (in any thread or process, even this thread's), the\n"
 "state before it.");
 
-/* One consistent snapshot as a tuple, and its (even) sequence number. */
+/* One consistent snapshot as a tuple, and its (even) sequence number.
+ * Copied first, whole, then decoded: nothing is read twice from the
+ * shared memory, and nothing is allocated while the copy may be torn
+ * (an allocation may run the collector, and so Python code, which on the
+ * GIL build could close the record under the copy). */
 static PyObject *
 values_snapshot(SeqRecordObject *self, uint64_t *seq)
 {
@@ -1170,9 +1174,18 @@ values_snapshot(SeqRecordObject *self, uint64_t *seq)
         return NULL;
     }
     PyObject *tuple = NULL;
-    if (snapshot(self, buf, 0, layout->data_bytes, seq) < 0
-        || (tuple = snapshot_new(self->snapshot_type, self->snapshot_plain,
-                                 layout->nfields)) == NULL) {
+    if ((*seq = snapshot(self, buf, 0, layout->data_bytes))
+        == SNAPSHOT_FAILED) {
+        goto done;
+    }
+    if (layout->all_float64) {
+        tuple = float64_snapshot(self->snapshot_type, self->snapshot_kind, buf,
+                                 layout->nfields);
+        goto done;
+    }
+    tuple = snapshot_new(self->snapshot_type, self->snapshot_kind,
+                         layout->nfields);
+    if (tuple == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < layout->nfields; i++) {
@@ -1189,12 +1202,25 @@ done:
     return tuple;
 }
 
+/* Records of up to this many float64 fields are read into an array of
+ * their own (no scratch() to choose one). */
+#define FLOAT64_ON_STACK 16
+
 static PyObject *
 SeqRecord_read(SeqRecordObject *self, PyObject *const *Py_UNUSED(args),
                Py_ssize_t nargs)
 {
     if (takes_no_arguments("read", nargs) < 0) {
         return NULL;
+    }
+    const record_layout *layout = self->layout;
+    if (layout->all_float64 && layout->nfields <= FLOAT64_ON_STACK) {
+        unsigned char buf[FLOAT64_ON_STACK * sizeof(double)];
+        if (snapshot(self, buf, 0, layout->data_bytes) == SNAPSHOT_FAILED) {
+            return NULL;
+        }
+        return float64_snapshot(self->snapshot_type, self->snapshot_kind, buf,
+                                layout->nfields);
     }
     uint64_t seq;
     return values_snapshot(self, &seq);
@@ -1300,12 +1326,11 @@ read_field(SeqRecordObject *self, const field_spec *f)
     unsigned char stack[STACK_SNAPSHOT_BYTES];
     size_t n = f->item_size * (size_t)f->count;
     unsigned char *buf = scratch(stack, n);
-    uint64_t seq;
     if (buf == NULL) {
         return NULL;
     }
     PyObject *value = NULL;
-    if (snapshot(self, buf, f->offset, n, &seq) == 0) {
+    if (snapshot(self, buf, f->offset, n) != SNAPSHOT_FAILED) {
         value = field_decode(f, buf);
     }
     scratch_free(buf, stack);
@@ -1404,12 +1429,50 @@ error:
     return -1;
 }
 
+#if BYTEARRAY_HOLD
+/* read_into(bytearray), the commonest buffer, without a buffer export:
+ * held as its export holds it (compat.h), it needs no format check (it
+ * holds bytes), and its place is checked against the open memory through
+ * this thread's last clear range.  The same copy: snapshot() checks closed
+ * and pins, guards file-backed memory, retries.  1 with *result (NULL with
+ * an exception); 0 if the general path must look (too small, or over open
+ * memory: it says which). */
+static int
+read_into_bytearray(SeqRecordObject *self, PyObject *buffer,
+                    PyObject **result)
+{
+    size_t n = self->layout->data_bytes;
+    int done = 0;
+    bytearray_hold(buffer);
+    if ((size_t)PyByteArray_GET_SIZE(buffer) >= n) {
+        void *dst = PyByteArray_AS_STRING(buffer);
+        if (!open_memory_overlaps_cached(dst, n)) {
+            uint64_t seq = snapshot(self, dst, 0, n);
+            *result = seq == SNAPSHOT_FAILED
+                          ? NULL
+                          : PyLong_FromUnsignedLongLong(seq);
+            done = 1;
+        }
+    }
+    bytearray_unhold(buffer);
+    return done;
+}
+#endif
+
 static PyObject *
 SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                     Py_ssize_t nargsf, PyObject *kwnames)
 {
-    RETURN_IF_CLOSED(self, NULL);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+#if BYTEARRAY_HOLD
+    PyObject *result;
+    if (SEQLOCK_LIKELY(nargs == 1 && kwnames == NULL)
+        && PyByteArray_CheckExact(args[0])
+        && read_into_bytearray(self, args[0], &result)) {
+        return result;
+    }
+#endif
+    RETURN_IF_CLOSED(self, NULL);
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs != 1 || nkw > 1
         || (nkw == 1
@@ -1426,10 +1489,9 @@ SeqRecord_read_into(SeqRecordObject *self, PyObject *const *args,
                          "read_into()", &view, &offset, &n) < 0) {
         return NULL;
     }
-    uint64_t seq;
-    int failed = snapshot(self, view.buf, offset, n, &seq);
+    uint64_t seq = snapshot(self, view.buf, offset, n);
     PyBuffer_Release(&view);
-    return failed ? NULL : PyLong_FromUnsignedLongLong(seq);
+    return seq == SNAPSHOT_FAILED ? NULL : PyLong_FromUnsignedLongLong(seq);
 }
 
 /* ---- writers ---- */

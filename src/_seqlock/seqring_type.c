@@ -42,8 +42,7 @@ typedef struct {
     ring_view ring;    /* this process's geometry, never re-read */
     record_layout *layout;
     PyTypeObject *snapshot_type;
-    int snapshot_plain;
-    int entry_floats;  /* an entry is nfields float64s, in order */
+    int snapshot_kind; /* snapshot_kind(snapshot_type) */
     /* poll()'s batches, from this process's geometry: the first, on the
      * stack (0: an entry is larger than the stack buffer), then the
      * later ones (at most 1 MiB of entries; at least 1, at most
@@ -126,22 +125,6 @@ capacity_arg(PyObject *obj, uint64_t *capacity)
     return 0;
 }
 
-/* Whether every field is a scalar float64 and the fields follow each
- * other: an entry's snapshot is then nfields floats of consecutive
- * words (entry_snapshot() decodes those without asking each field). */
-static int
-layout_is_floats(const record_layout *layout)
-{
-    for (Py_ssize_t i = 0; i < layout->nfields; i++) {
-        const field_spec *f = &layout->fields[i];
-        if (f->kind != 'd' || f->is_array
-            || f->offset != (size_t)i * sizeof(double)) {
-            return 0;
-        }
-    }
-    return layout->data_bytes == (size_t)layout->nfields * sizeof(double);
-}
-
 static SeqRingObject *
 ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
 {
@@ -158,8 +141,7 @@ ring_alloc(PyTypeObject *type, PyObject *decl, PyObject *fields)
     }
     self->layout = layout;
     self->snapshot_type = snapshot_type;
-    self->snapshot_plain = snapshot_is_plain(snapshot_type);
-    self->entry_floats = layout_is_floats(layout);
+    self->snapshot_kind = snapshot_kind(snapshot_type);
     return self;
 }
 
@@ -863,23 +845,14 @@ entry_snapshot(SeqRingObject *ring, const unsigned char *buf)
 {
     const record_layout *layout = ring->layout;
     Py_ssize_t nfields = layout->nfields;
-    PyObject *tuple = snapshot_new(ring->snapshot_type, ring->snapshot_plain,
+    if (layout->all_float64) {
+        return float64_snapshot(ring->snapshot_type, ring->snapshot_kind, buf,
+                                nfields);
+    }
+    PyObject *tuple = snapshot_new(ring->snapshot_type, ring->snapshot_kind,
                                    nfields);
     if (tuple == NULL) {
         return NULL;
-    }
-    if (ring->entry_floats) {
-        for (Py_ssize_t i = 0; i < nfields; i++) {
-            double d;
-            memcpy(&d, buf + (size_t)i * sizeof d, sizeof d);
-            PyObject *value = PyFloat_FromDouble(d);
-            if (value == NULL) {
-                Py_DECREF(tuple);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(tuple, i, value);
-        }
-        return tuple;
     }
     for (Py_ssize_t i = 0; i < nfields; i++) {
         const field_spec *f = &layout->fields[i];

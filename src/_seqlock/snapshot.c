@@ -101,34 +101,143 @@ snapshot_new_slow(PyTypeObject *type, Py_ssize_t n)
     return snap;
 }
 
+/* ---- a thread's spare snapshots (snapshot.h) ---- */
+
+_Thread_local spares *spares_mine_
+    __attribute__((tls_model("initial-exec")));
+
+#define SPARES_CAPSULE "seqlock_py spare snapshots"
+
+/* The thread state's dictionary lets its spares go (the thread ended, or
+ * its state was cleared): freed, as the dead tuples they are.  The struct
+ * too, unless another OS thread's spares_mine_ may point to it (a state
+ * cleared from elsewhere, at finalization): then it stays, empty and
+ * owned by none, and that thread makes itself new ones. */
+static void
+spares_free(PyObject *capsule)
+{
+    spares *s = PyCapsule_GetPointer(capsule, SPARES_CAPSULE);
+    if (s == NULL) {
+        PyErr_WriteUnraisable(capsule);
+        return;
+    }
+    for (int n = 0; n <= SPARE_ITEMS; n++) {
+        while (s->count[n] > 0) {
+            PyObject_GC_Del(s->spare[n][--s->count[n]]);
+        }
+    }
+    s->owner = NULL;
+    if (spares_mine_ == s) {
+        spares_mine_ = NULL;
+        PyMem_RawFree(s);
+    }
+    else if (s->thread == PyThread_get_thread_ident()) {
+        PyMem_RawFree(s); /* this thread's, and it moved on from them */
+    }
+}
+
+spares *
+spares_of_this_thread(PyThreadState *ts)
+{
+    /* A key of our own in the thread state's dictionary (its str is made
+     * once per call here, which is once per thread). */
+    PyObject *dict = PyThreadState_GetDict(); /* borrowed; NULL: none */
+    spares *s = PyMem_RawCalloc(1, sizeof *s);
+    PyObject *capsule = NULL;
+    if (dict == NULL || s == NULL) {
+        goto failed;
+    }
+    s->owner = ts;
+    s->thread = PyThread_get_thread_ident();
+    capsule = PyCapsule_New(s, SPARES_CAPSULE, spares_free);
+    if (capsule == NULL) {
+        goto failed;
+    }
+    if (PyDict_SetItemString(dict, SPARES_CAPSULE, capsule) < 0) {
+        s = NULL; /* the capsule's destructor frees it */
+        goto failed;
+    }
+    Py_DECREF(capsule);
+    spares_mine_ = s;
+    return s;
+failed:
+    /* No spares: the snapshot comes from the tuple allocator instead,
+     * which reports a lack of memory itself. */
+    if (capsule != NULL) {
+        Py_DECREF(capsule);
+    }
+    else {
+        PyMem_RawFree(s);
+    }
+    PyErr_Clear();
+    return NULL;
+}
+
 /* ---- named snapshot classes ---- */
 
-/* A named snapshot back to the tuple allocator (snapshot_new()): with
- * the type set to tuple, the tuple's own dealloc drops the items and keeps
- * the memory on its free list.  Freed here instead: an empty one (only
- * type(snap)(()) makes one: the tuple's dealloc takes an empty tuple for
- * the singleton), and any once someone gave seqlock_py.Snapshot a __del__
- * (the collector may have marked it finalized, which a tuple on the free
- * list must not be; the __del__ does not run: snapshots have none). */
+/* A named snapshot made by snapshot_new() (read(), a ring's poll()) is
+ * not tracked by the collector, and holds what the record's decoding
+ * made: numbers, tuples of numbers.  Dropping them runs no Python code
+ * and frees no other snapshot (so no trashcan is needed); it then goes to
+ * the thread's spares if it has room for its size (its items left NULL,
+ * its type set to tuple: a dead tuple, freed as one, since
+ * PyObject_GC_Del() reads the type), else to the tuple allocator.  One the
+ * class made (type(snap)(items): tracked, any items) goes back to the
+ * tuple allocator as a tuple: with the type set to tuple, the tuple's own
+ * dealloc drops the items and keeps the memory on its free list.  Freed
+ * here instead: an empty one (only the class makes one: the tuple's
+ * dealloc takes an empty tuple for the singleton), and any once someone
+ * gave seqlock_py.Snapshot a __del__ (the collector may have marked it
+ * finalized, which a tuple on a free list must not be; the __del__ does
+ * not run: snapshots have none). */
 static void
 named_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    if (Py_SIZE(self) == 0 || type->tp_finalize != NULL
-        || type->tp_del != NULL) {
+    Py_ssize_t n = Py_SIZE(self);
+    if (n == 0 || type->tp_finalize != NULL || type->tp_del != NULL) {
         PyObject_GC_UnTrack(self);
         Py_TRASHCAN_BEGIN(self, named_dealloc)
-        for (Py_ssize_t i = Py_SIZE(self); --i >= 0;) {
+        for (Py_ssize_t i = n; --i >= 0;) {
             Py_XDECREF(PyTuple_GET_ITEM(self, i));
         }
         type->tp_free(self);
+        /* inside: a deallocation the trashcan put off comes back here */
+        Py_DECREF(type);
         Py_TRASHCAN_END
+        return;
     }
-    else {
+    if (n <= SPARE_ITEMS && !PyObject_GC_IsTracked(self)) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyTuple_GET_ITEM(self, i);
+            PyTuple_SET_ITEM(self, i, NULL);
+            Py_XDECREF(item);
+        }
         Py_SET_TYPE(self, &PyTuple_Type);
-        PyTuple_Type.tp_dealloc(self);
+        spares *s = spares_mine_;
+        if (s != NULL && s->count[n] < SPARE_DEPTH
+            && s->owner == PyThreadState_Get()) {
+            s->spare[n][s->count[n]++] = self;
+        }
+        else {
+            PyTuple_Type.tp_dealloc(self);
+        }
+        Py_DECREF(type);
+        return;
     }
+    Py_SET_TYPE(self, &PyTuple_Type);
+    PyTuple_Type.tp_dealloc(self);
     Py_DECREF(type);
+}
+
+int
+snapshot_kind(PyTypeObject *type)
+{
+    if (!snapshot_is_plain(type)) {
+        return SNAPSHOT_OTHER;
+    }
+    return type->tp_dealloc == named_dealloc ? SNAPSHOT_NAMED
+                                             : SNAPSHOT_PLAIN;
 }
 
 static int

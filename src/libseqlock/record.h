@@ -364,9 +364,10 @@ record_load_bytes(void *dst, const seqlock_word_t *data, size_t offset,
         size_t skip = offset % SEQLOCK_WORD_SIZE;
         size_t take = SEQLOCK_WORD_SIZE - skip < n ? SEQLOCK_WORD_SIZE - skip
                                                    : n;
-        seqlock_word_value_t w = atomic_load_explicit(
-            (seqlock_word_t *)&data[word], memory_order_relaxed);
-        memcpy(out, (unsigned char *)&w + skip, take);
+        seqlock_word_bytes_(out,
+                            atomic_load_explicit((seqlock_word_t *)&data[word],
+                                                 memory_order_relaxed),
+                            skip, take);
         out += take;
         offset += take;
         n -= take;
@@ -441,13 +442,7 @@ record_try_read(const record_view *v, void *dst, size_t offset, size_t n,
                 uint64_t *seq)
 {
     *seq = seqcount_latch_read64(seqlock_latch(v->lock));
-    const seqlock_word_t *copy = record_read_copy(v, *seq);
-    if (offset == 0 && n == v->data_bytes) {
-        seqlock_read_copy(dst, copy, n);
-    }
-    else {
-        record_load_bytes(dst, copy, offset, n);
-    }
+    record_load_bytes(dst, record_read_copy(v, *seq), offset, n);
     return !seqcount_latch_retry64(seqlock_latch(v->lock), *seq);
 }
 

@@ -568,21 +568,78 @@ read_seqretry(const seqlock_t *sl, unsigned start)
  * Call between read_seqbegin() and read_seqretry(); dst is private memory.
  * A concurrent writer may make the copy torn, never a data race.
  */
+/* Bytes [skip, skip + take) of w as memory holds it, stored at out: byte
+ * by byte from the value, so that no word is put in memory for a
+ * memcpy() (a local whose address is taken costs every caller that
+ * inlines this a stack canary). */
+static inline void
+seqlock_word_bytes_(unsigned char *out, seqlock_word_value_t w, size_t skip,
+                    size_t take)
+{
+    for (size_t k = 0; k < take; k++) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        out[k] = (unsigned char)(w >> (8 * (SEQLOCK_WORD_SIZE - 1 - skip - k)));
+#else
+        out[k] = (unsigned char)(w >> (8 * (skip + k)));
+#endif
+    }
+}
+
 static inline void
 seqlock_read_copy(void *dst, const seqlock_word_t *src, size_t nbytes)
 {
     unsigned char *out = (unsigned char *)dst;
+    seqlock_word_t *in = (seqlock_word_t *)src;
     size_t whole = nbytes / SEQLOCK_WORD_SIZE;
-    for (size_t i = 0; i < whole; i++) {
-        seqlock_word_value_t w = atomic_load_explicit(
-            (seqlock_word_t *)&src[i], memory_order_relaxed);
-        memcpy(out + i * SEQLOCK_WORD_SIZE, &w, SEQLOCK_WORD_SIZE);
+    /* Up to 8 whole words (a record of a few numbers) straight, each at
+     * its index, entered at the count by a jump table: a loop's own steps
+     * would be most of such a copy's instructions. */
+#define SEQLOCK_COPY_WORD_(k)                                                \
+    do {                                                                    \
+        seqlock_word_value_t w_ = atomic_load_explicit(&in[k],              \
+                                                       memory_order_relaxed); \
+        memcpy(out + (k) * SEQLOCK_WORD_SIZE, &w_, SEQLOCK_WORD_SIZE);      \
+    } while (0)
+    switch (whole) {
+    default:
+        for (size_t i = 0; i < whole; i++) {
+            SEQLOCK_COPY_WORD_(i);
+        }
+        break;
+    case 8:
+        SEQLOCK_COPY_WORD_(7);
+        /* fall through */
+    case 7:
+        SEQLOCK_COPY_WORD_(6);
+        /* fall through */
+    case 6:
+        SEQLOCK_COPY_WORD_(5);
+        /* fall through */
+    case 5:
+        SEQLOCK_COPY_WORD_(4);
+        /* fall through */
+    case 4:
+        SEQLOCK_COPY_WORD_(3);
+        /* fall through */
+    case 3:
+        SEQLOCK_COPY_WORD_(2);
+        /* fall through */
+    case 2:
+        SEQLOCK_COPY_WORD_(1);
+        /* fall through */
+    case 1:
+        SEQLOCK_COPY_WORD_(0);
+        /* fall through */
+    case 0:
+        break;
     }
+#undef SEQLOCK_COPY_WORD_
+    in += whole;
+    out += whole * SEQLOCK_WORD_SIZE;
     size_t tail = nbytes % SEQLOCK_WORD_SIZE;
     if (tail) {
-        seqlock_word_value_t w = atomic_load_explicit(
-            (seqlock_word_t *)&src[whole], memory_order_relaxed);
-        memcpy(out + whole * SEQLOCK_WORD_SIZE, &w, tail);
+        seqlock_word_bytes_(out, atomic_load_explicit(in, memory_order_relaxed),
+                            0, tail);
     }
 }
 
