@@ -70,9 +70,11 @@ def test_create_with_overwrite_lays_a_new_record_over_an_old_one(buf):
 
 def as_previous_version(buf, text):
     """Make the record in buf look as version 5 laid it out: the version
-    word, and the layout text where that version's shorter header ended
-    (192); its lock word (offset 80) free."""
+    word, the lock ABI (a hash of that version's seqlock_t offsets: not
+    this build's), and the layout text where that version's shorter header
+    ended (192); its lock word (offset 80) free."""
     struct.pack_into("=I", buf, 4, RECORD_VERSION - 1)
+    struct.pack_into("=I", buf, 16, struct.unpack_from("=I", buf, 16)[0] ^ 1)
     buf[192:192 + len(text)] = text
 
 
@@ -257,6 +259,40 @@ def test_create_overwrite_under_a_write_section_of_this_process_does_not_crash()
     must refuse a record whose lock is held, or the exit must raise."""
     code, out = run_child(OVERWRITE_INSIDE_A_WRITE_SECTION)
     assert code == 0 and "alive" in out, f"exit {code}\n{out[-1500:]}"
+
+
+OVERWRITE_A_HELD_RECORD_WHOSE_VERSION_WORD_WAS_REWRITTEN = r'''
+import mmap, struct, sys
+from seqlock_py import SeqRecord
+F = {"x": "d", "n": "q"}
+buf = mmap.mmap(-1, 4096)
+first = SeqRecord.create(buf, **F)
+try:
+    with first.write() as w:
+        w.x = 3.0
+        struct.pack_into("=I", buf, 4, int(sys.argv[1]))  # one stray write
+        SeqRecord.create(buf, overwrite=True, **F)
+        print("laid out over the held lock", flush=True)
+except ValueError as exc:
+    print("refused:", exc, flush=True)
+print("alive", flush=True)
+'''
+
+
+@pytest.mark.parametrize("version", [0, 1, RECORD_VERSION - 1])
+def test_create_overwrite_refuses_a_held_record_whose_version_word_alone_says_older(version):
+    """Hostile review of issue 28: one stray write to the version word of a
+    record this build laid out (its lock ABI still this build's) made
+    create(overwrite=True) look for the holder where an older version kept
+    its lock word (offset 80, padding in this version), find it free, and
+    lay a new mutex over the held one: the section's exit then died of
+    SIGSEGV (3.11, every run).  The lock ABI (a hash of every offset of
+    seqlock_t) says whose lock layout the block has: ours, so the holder is
+    looked for where this version keeps it, and the record is refused as
+    locked."""
+    code, out = run_child(OVERWRITE_A_HELD_RECORD_WHOSE_VERSION_WORD_WAS_REWRITTEN, str(version))
+    assert code == 0 and "refused:" in out and "locked by a writer" in out, f"exit {code}\n{out[-1500:]}"
+    assert "laid out over" not in out and "alive" in out, out
 
 
 def test_create_overwrite_over_a_record_in_use_takes_its_lock_while_laying_it_out():

@@ -23,7 +23,7 @@ import pytest
 
 from seqlock_py import RingReader, SeqRecord, SeqRing
 from process_helpers import PythonProcess, assert_clean_exit, run_python
-from record_helpers import RING_VERSION, keywords_naming_one_field_twice
+from record_helpers import HEADER_OFFSETS, RING_VERSION, keywords_naming_one_field_twice
 from workers import LONG, SHORT
 
 
@@ -190,9 +190,25 @@ def test_create_with_overwrite_lays_a_new_ring_over_one_of_the_previous_version(
     buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
     SeqRing.create(buf, 4, x="d")
     buf[4:8] = (RING_VERSION - 1).to_bytes(4, "little")
+    buf[16] ^= 1  # its lock ABI, a hash of that version's offsets: not this build's
     buf[192:195] = b"x:d"  # where version 1 kept its layout text; its lock word (80) free
     ring = SeqRing.create(buf, 4, overwrite=True, x="d")
     assert ring.reader(oldest=True).poll() == [] and SeqRing.attach(buf).fields == ("x",)
+
+
+def test_create_with_overwrite_refuses_a_held_ring_whose_version_word_alone_says_older():
+    """Hostile review of issue 28: a ring whose version word alone was
+    rewritten to an older version's (its lock ABI still this build's) was
+    laid out anew over a held lock: create(overwrite=True) looked for the
+    holder at offset 80, where version 1 kept it (padding in version 2).
+    Its lock ABI says the lock is this version's: refused as locked."""
+    buf = mmap.mmap(-1, SeqRing.buffer_size(4, x="d"))
+    SeqRing.create(buf, 4, x="d")
+    buf[4:8] = (RING_VERSION - 1).to_bytes(4, "little")
+    holder = HEADER_OFFSETS["holder"][0]  # a ring's lock lies as a record's
+    buf[holder:holder + 8] = (0x1234).to_bytes(8, "little")  # this version's lock word, held
+    with pytest.raises(ValueError, match="locked by a writer"):
+        SeqRing.create(buf, 4, overwrite=True, x="d")
 
 
 def rewound_reader(capacity=4):

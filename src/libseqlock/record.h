@@ -230,14 +230,22 @@ record_zero_words(seqlock_word_t *w, size_t n)
 #define RECORD_V5_HOLDER_OFFSET 80u
 
 /**
- * record_holder_of_version - the lock word of a record or ring laid out by
- * another version (older: a version before this one's), which a layer-out
- * must not lay a new lock over while it is held.  A newer version's is
- * looked for where this version keeps it.
+ * record_holder_of_version - the lock word of a record or ring that this
+ * build cannot lock (another version or lock ABI, or a broken lock),
+ * which a layer-out must not lay a new lock over while it is held.
+ * older: the header's version word (read once) is older than this
+ * build's; lock_abi: its lock ABI (read once).  Only a block older by
+ * both keeps it where older versions did: the lock ABI hashes every
+ * offset of seqlock_t, which version 6 moved, so a block whose lock ABI
+ * is ours has this version's seqlock_t whatever its version word says
+ * (a stray write there must not send the look into padding, and a new
+ * lock over a held one).  A newer version's is looked for here too.
  */
 static inline uint64_t
-record_holder_of_version(const record_header *h, int older)
+record_holder_of_version(const record_header *h, int older,
+                         uint32_t lock_abi)
 {
+    older = older && lock_abi != RECORD_LOCK_ABI;
     const _Atomic uint64_t *word =
         older ? (const _Atomic uint64_t *)((const char *)h
                                            + RECORD_V5_HOLDER_OFFSET)
@@ -266,10 +274,11 @@ static inline int
 record_lay_out_over(record_header *h, const char *layout,
                     uint32_t layout_bytes, uint32_t data_bytes)
 {
-    uint32_t version = h->version; /* read once */
-    if (version != RECORD_VERSION || h->lock_abi != RECORD_LOCK_ABI
+    uint32_t version = h->version, lock_abi = h->lock_abi; /* read once */
+    if (version != RECORD_VERSION || lock_abi != RECORD_LOCK_ABI
         || seqlock_check(&h->lock) != 0) {
-        if (record_holder_of_version(h, version < RECORD_VERSION) != 0) {
+        if (record_holder_of_version(h, version < RECORD_VERSION, lock_abi)
+            != 0) {
             return EBUSY;
         }
         return record_init(h, layout, layout_bytes, data_bytes);

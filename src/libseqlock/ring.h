@@ -304,12 +304,13 @@ ring_lay_out_over(void *memory, const char *layout, uint32_t layout_bytes,
         return EINVAL;
     }
     ring_header *h = (ring_header *)memory;
-    uint32_t version = h->version; /* read once */
-    if (version != RING_VERSION || h->lock_abi != RING_LOCK_ABI
+    uint32_t version = h->version, lock_abi = h->lock_abi; /* read once */
+    if (version != RING_VERSION || lock_abi != RING_LOCK_ABI
         || seqlock_check(&h->lock) != 0) {
         /* its header and lock lie as a record's of the same age */
         if (record_holder_of_version((const record_header *)memory,
-                                     version < RING_VERSION) != 0) {
+                                     version < RING_VERSION, lock_abi)
+            != 0) {
             return EBUSY;
         }
         return ring_init(memory, layout, layout_bytes, entry_bytes, capacity);
