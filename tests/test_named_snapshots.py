@@ -15,6 +15,7 @@ import time
 import pytest
 
 from seqlock_py import SeqRecord, Snapshot
+from process_helpers import assert_clean_exit, run_python
 from workers import run_threads, stress_seconds
 
 pytestmark = pytest.mark.timeout(60)
@@ -294,3 +295,43 @@ def test_threads_that_read_leave_no_spare_snapshots_behind(rec):
     finally:
         tracemalloc.stop()
     assert after_120 - after_20 < 30_000, (after_20, after_120)
+
+
+# Hostile review of issue 28: a class statement's subclass of a snapshot
+# class, with the __dict__ a class statement gives it (3.12+ keeps it in
+# a pre-header, before the object's address).
+SUBCLASS_WITH_A_DICT = r'''
+import sys
+from seqlock_py import SeqRecord
+n = int(sys.argv[1])
+rec = SeqRecord(**{f"f{i}": "d" for i in range(n)})
+values = tuple(float(i) for i in range(n))
+class Pose(type(rec.read())):
+    pass
+wrong = 0
+for k in range(100):
+    poses = [Pose(values) for _ in range(500)]
+    for p in poses:
+        p.note = k
+    del poses
+    others = [Pose(values) for _ in range(500)] + [tuple([k] * n) for _ in range(2000)]
+    for p in others[:500]:
+        p.note = -k
+        wrong += p != values or p.note != -k
+    del others
+print("ok" if wrong == 0 else f"wrong {wrong}", flush=True)
+'''
+
+
+@pytest.mark.parametrize("n", [3, 25], ids=["free-listed size", "larger"])
+def test_instances_of_a_subclass_with_a_dict_are_freed_as_their_class_allocated_them(n):
+    """Found: named_dealloc() (the base's dealloc, which subtype_dealloc
+    calls) set the type to tuple and handed the object to the tuple's
+    dealloc: freed by the tuple's free (no pre-header) or kept on the
+    tuple free list, from an address 16 bytes into its memory block where
+    the subclass keeps its dict (3.13t: SIGSEGV, or a hang in a dict
+    lookup, every run; on c2515e8 too).  Only exactly a named snapshot
+    class's instances go the tuple's way; a subclass's go its own
+    tp_free."""
+    assert_clean_exit(run_python(SUBCLASS_WITH_A_DICT, str(n), timeout=60),
+                      "instances of a snapshot subclass with a dict")

@@ -186,7 +186,8 @@ failed:
  * tuple allocator as a tuple: with the type set to tuple, the tuple's own
  * dealloc drops the items and keeps the memory on its free list.  Freed
  * here instead: an empty one (only the class makes one: the tuple's
- * dealloc takes an empty tuple for the singleton), and any once someone
+ * dealloc takes an empty tuple for the singleton), a subclass's, and any
+ * once someone
  * gave seqlock_py.Snapshot a __del__ (the collector may have marked it
  * finalized, which a tuple on a free list must not be; the __del__ does
  * not run: snapshots have none). */
@@ -195,7 +196,11 @@ named_dealloc(PyObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     Py_ssize_t n = Py_SIZE(self);
-    if (n == 0 || type->tp_finalize != NULL || type->tp_del != NULL) {
+    /* A subclass's instance (a class statement's: its dealloc called this
+     * one) may have memory a tuple has not, a dict before its address
+     * (3.12+) or after its items: only its class's tp_free frees it. */
+    if (n == 0 || type->tp_dealloc != named_dealloc
+        || type->tp_finalize != NULL || type->tp_del != NULL) {
         PyObject_GC_UnTrack(self);
         Py_TRASHCAN_BEGIN(self, named_dealloc)
         for (Py_ssize_t i = n; --i >= 0;) {
