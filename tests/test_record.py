@@ -17,6 +17,7 @@ import pytest
 
 import record_helpers
 from record_helpers import keywords_naming_one_field_twice, run_threads
+from workers import run_threads as run_n_threads
 from common_lock_tests import WriteLockTests
 from seqlock_py import SeqRecord
 from workers import Call
@@ -295,6 +296,37 @@ def test_read_into_a_bytearray_gives_its_hold_back_whatever_the_outcome(rec):
     buf.extend(b"more")
     small.extend(b"more")
     assert len(buf) == rec.nbytes + 4
+
+
+@pytest.mark.thread_unsafe(reason="starts its own threads")
+def test_two_threads_reading_into_one_bytearray_give_every_hold_back(rec):
+    # Hostile review of issue 28: read_into(bytearray) holds the bytearray
+    # by the count of exports its resize checks.  On 3.13t (no GIL) two
+    # threads moving that count at once lost updates: the bytearray then
+    # refused every resize for good, or (the count below zero) resized
+    # while a memoryview still exported it.
+    def reader(buf):
+        read_into = rec.read_into
+        for _ in range(100_000):
+            read_into(buf)
+
+    wrong = []
+    for round in range(10):
+        buf = bytearray(rec.nbytes)
+        run_n_threads(2, lambda i: reader(buf))
+        try:
+            buf.extend(b"more")  # no hold left
+        except BufferError:
+            wrong.append((round, "held for good"))
+            continue
+        view = memoryview(buf)
+        try:
+            buf.extend(b"more")  # one export is one
+            wrong.append((round, "resized while exported"))
+        except BufferError:
+            pass
+        view.release()
+    assert wrong == []
 
 
 def test_read_into_refuses_a_bytearray_a_record_was_created_in_since():

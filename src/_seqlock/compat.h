@@ -109,9 +109,10 @@ tuple_reset_hash(PyObject *tuple)
 
 /* An exact bytearray's memory held for a copy into it as its buffer export
  * holds it, without the export's Py_buffer: the count of exports that its
- * resize checks (BufferError while nonzero), moved exactly as the
- * bytearray's own bf_getbuffer and bf_releasebuffer move it from 3.11 to
- * 3.13, and on a GIL build of any version.  The free-threaded 3.14 moves
+ * resize checks (BufferError while nonzero), moved as the bytearray's
+ * own bf_getbuffer and bf_releasebuffer move it from 3.11 to 3.13 (and
+ * atomically on 3.13t, below), and on a GIL build of any version.  The
+ * free-threaded 3.14 moves
  * it inside the object's critical section: there a caller exports the
  * buffer (BYTEARRAY_HOLD 0).  Filling and releasing a Py_buffer costs
  * read_into() ~80 instructions of ~300. */
@@ -119,16 +120,31 @@ tuple_reset_hash(PyObject *tuple)
 #define BYTEARRAY_HOLD 0
 #else
 #define BYTEARRAY_HOLD 1
+/* Without a GIL (3.13t) nothing orders two threads' holds of one
+ * bytearray, so they are read-modify-writes: plain ones lost updates, and
+ * reads into one bytearray from two threads left it unresizable for good,
+ * or resizable while exported (3.13t's own export moves the count plainly
+ * too: a race of its own that these do not join). */
 static inline void
 bytearray_hold(PyObject *bytearray)
 {
+#ifdef Py_GIL_DISABLED
+    (void)__atomic_fetch_add(&((PyByteArrayObject *)bytearray)->ob_exports,
+                             1, __ATOMIC_RELAXED);
+#else
     ((PyByteArrayObject *)bytearray)->ob_exports++;
+#endif
 }
 
 static inline void
 bytearray_unhold(PyObject *bytearray)
 {
+#ifdef Py_GIL_DISABLED
+    (void)__atomic_fetch_sub(&((PyByteArrayObject *)bytearray)->ob_exports,
+                             1, __ATOMIC_RELAXED);
+#else
     ((PyByteArrayObject *)bytearray)->ob_exports--;
+#endif
 }
 #endif
 
