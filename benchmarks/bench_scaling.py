@@ -14,6 +14,7 @@ declared by keywords and on one declared by a typing.NamedTuple:
     reader_into()     into = rec.reader_into(buf), then into()
     snapshot attrs    s = read(), then s.x, s.y, s.z, s.u, s.v
     ring poll()       a reader of the thread's own: poll = reader.poll
+    ring poll_one()   the same with poll_one = reader.poll_one
     unpack, shared    read_into(buf), then .unpack_from(buf) of one
                       struct.Struct all threads share, taken from a
                       module global each call
@@ -115,6 +116,13 @@ def idiom_ring_poll(rec, ring, seconds):
     return run_for(seconds, chunk)
 
 
+def idiom_ring_poll_one(rec, ring, seconds):
+    def chunk(poll_one=ring.reader().poll_one, rng=range(CHUNK)):
+        for _ in rng:
+            poll_one()
+    return run_for(seconds, chunk)
+
+
 # A struct.Struct of the record's format every thread shares, as a module
 # global: what docs/free-threading.md warns about.
 SHARED = {}
@@ -151,6 +159,7 @@ IDIOMS = {
     "reader_into()": idiom_reader_into,
     "snapshot attrs": idiom_snapshot_attrs,
     "ring poll()": idiom_ring_poll,
+    "ring poll_one()": idiom_ring_poll_one,
     "unpack, shared": idiom_unpack_shared,
     "unpack, own": idiom_unpack_own,
 }

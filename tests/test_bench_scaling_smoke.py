@@ -12,7 +12,7 @@ import pytest
 
 from process_helpers import run_benchmark_quick
 
-IDIOMS = ["read()", "read_into(buf)", "reader_into()", "snapshot attrs", "ring poll()",
+IDIOMS = ["read()", "read_into(buf)", "reader_into()", "snapshot attrs", "ring poll()", "ring poll_one()",
           "unpack, shared", "unpack, own"]
 RECORDS = ["keywords", "NamedTuple"]
 
