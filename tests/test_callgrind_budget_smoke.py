@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "callgrind-budget"
-CALLS = ["empty loop", "empty call", "read_into", "reader_into", "read",
+CALLS = ["empty loop", "empty call", "read_into", "reader_into", "read", "read (NamedTuple)",
          "update", "append", "poll", "poll_one"]
 
 
