@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -92,22 +93,37 @@ def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[A
 
 # ---- wait_async: one watcher thread per lock or record ----
 
+#: A watch's futures of one seq: id(loop) -> (loop, id(future) -> future).
+_Waits = dict[int, tuple["asyncio.AbstractEventLoop", dict[int, "asyncio.Future[bool]"]]]
+#: Futures to answer: id(loop) -> (loop, futures).
+_Answers = dict[int, tuple["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]]
+
+
 class _Watch:
     """The pending awaited waits on one owner, and the thread that sleeps
     for them.  Every field is guarded by _lock."""
 
-    __slots__ = ("owner", "waiter", "thread", "pending", "count", "kicked", "ended")
+    __slots__ = ("key", "owner", "waiter", "thread", "pending", "fresh", "count", "until",
+                 "idle_writes")
 
     def __init__(self, owner: Any) -> None:
-        self.owner = owner  # kept alive while a wait is pending (None once left)
-        self.waiter = owner._waiter(0, None)  # the watcher's sleeps; cancel() wakes it
+        self.key = id(owner)  # in _watches
+        #: the owner while a wait is pending; None while none is (the
+        #: watcher may stay asleep on it then, holding nothing)
+        self.owner: Any = owner
+        #: the watcher's sleeps: no reference to the owner (its
+        #: deallocation wakes them and waits for them to leave); cancel()
+        #: makes the watcher look once
+        self.waiter = owner._weak_waiter()
         self.thread: threading.Thread | None = None
-        #: seq -> id(loop) -> (loop, id(future) -> future): the futures
-        #: waiting for a write since seq (by id: no caller's __eq__ runs)
+        #: seq -> the futures registered before the watcher's sleep
+        #: began, so that the count it wakes at is newer than theirs ...
         self.pending: dict[int, _Waits] = {}
-        self.count = 0  # futures in pending
-        self.kicked = False  # waiter cancelled to make the watcher look
-        self.ended = False  # the owner was closed: the watcher just leaves
+        #: ... and since: only a count read after them answers them
+        self.fresh: dict[int, _Waits] = {}
+        self.count = 0  # futures in pending and fresh
+        self.until: float | None = None  # none pending: when the watch ends
+        self.idle_writes = 0  # writes the watcher woke for, none pending
 
 
 class _Watcher:
@@ -123,26 +139,30 @@ class _Watcher:
         self.wake = threading.Lock()
 
 
+#: How long, and for how many writes, a watcher whose last wait has been
+#: answered stays asleep on its owner (holding nothing) for the next
+#: wait_async, before its watch ends.
+_STAY = 0.05
+_STAY_WRITES = 16
 #: How long a watcher with nothing to watch waits for another owner's
 #: first wait_async before its thread ends, in seconds.
 _LINGER = 10.0
-#: A watcher thread's name while it serves an owner, and while it lingers.
+#: A watcher thread's name while it serves an owner's pending waits,
+#: while it stays on the owner with none pending, and while it lingers.
 _SERVING = "seqlock_py wait_async"
+_STAYING = "seqlock_py wait_async (staying)"
 _LINGERING = "seqlock_py wait_async (lingering)"
 
 _lock = threading.Lock()
-#: The watch of each owner with a watcher, by id(owner) (a watch keeps its
-#: owner alive, so the id stays the owner's).
+#: The watch of each owner with a watcher, by id(owner).  A watch holds
+#: its owner only while a wait is pending: one whose owner was freed
+#: stays here until its watcher leaves (waiter.is_for() tells it from the
+#: watch of a new object with the same id).
 _watches: dict[int, _Watch] = {}
 #: Watchers lingering, the last to start lingering last.
 _idle: list[_Watcher] = []
 _stopping = False  # the interpreter shuts down: no new watcher
 _stop_at_exit_registered = False
-
-#: A watch's futures of one seq: id(loop) -> (loop, id(future) -> future).
-_Waits = dict[int, tuple["asyncio.AbstractEventLoop", dict[int, "asyncio.Future[bool]"]]]
-#: Futures to answer: id(loop) -> (loop, futures).
-_Answers = dict[int, tuple["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]]
 
 
 async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
@@ -193,8 +213,8 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
     """Leave answer with owner's watch (starting its watcher if it has
     none); False if a write has ended since seq after all.  The look and
     the registration are one step under _lock, as the watcher's look at
-    the count and its answers are: a write either is seen here or wakes
-    the watcher after this registration."""
+    the count and its answers are: a write either is seen here or is seen
+    by the watcher after this registration."""
     global _stop_at_exit_registered
     with _lock:
         if owner._news_wait(seq, 0):
@@ -210,9 +230,19 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
                 raise RuntimeError("can't wait_async at interpreter shutdown") from None
             _stop_at_exit_registered = True
         watch = _watches.get(id(owner))
-        if watch is None:
+        if watch is None or not watch.waiter.is_for(owner):
+            # None, or a freed owner's whose watcher has not left yet.
             watch = _watches[id(owner)] = _Watch(owner)
-        by_loop = watch.pending.setdefault(seq, {})
+        elif watch.count == 0:
+            # Its watcher stays asleep on the owner: no hand-over to a
+            # thread, only the owner held again.
+            watch.owner = owner
+            watch.until = None
+            if watch.thread is not None:
+                watch.thread.name = _SERVING
+        by_loop = watch.fresh.get(seq)
+        if by_loop is None:
+            by_loop = watch.fresh[seq] = {}
         waits = by_loop.get(id(loop))
         if waits is None:
             waits = by_loop[id(loop)] = (loop, {})
@@ -224,7 +254,8 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
             except BaseException:
                 _discard(watch, seq, loop, answer)
                 if watch.count == 0:
-                    del _watches[id(owner)]
+                    _unregister(watch)
+                    watch.owner = None  # the caller holds it: not the last
                 raise
     return True
 
@@ -255,10 +286,8 @@ def _serve(watcher: _Watcher) -> None:
     watch = watcher.watch
     try:
         while watch is not None:
-            _watch(watch, watcher)
-            with _lock:
-                if watcher.watch is watch:
-                    return  # stopped, or its clean-up failed: no lingering
+            if not _watch(watch, watcher):
+                return  # stopped: no lingering
             # Lingering (listed as idle since its watch ended, so that a
             # wait_async made as its last answers land finds it), or given
             # a watch already, or stopped (its watch None).
@@ -283,136 +312,197 @@ def _serve(watcher: _Watcher) -> None:
 
 def _withdraw(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
     """Forget answer (timed out, cancelled, or already answered: then a
-    no-op); the last one gone, the watcher is woken to leave."""
+    no-op); the last one gone, the watch lets go of the owner, and the
+    watcher is woken to begin its stay."""
     with _lock:
         watch = _watches.get(id(owner))
-        if watch is None or not _discard(watch, seq, loop, answer):
+        if watch is None or not _discard(watch, seq, loop, answer) or watch.count:
             return
-        if watch.count == 0 and not watch.kicked:
-            watch.kicked = True
-            watch.waiter.cancel()
+        watch.owner = None  # the caller holds it: not the last reference
+        if watch.thread is not None:
+            watch.thread.name = _STAYING
+        watch.waiter.cancel()
 
 
 def _discard(watch: _Watch, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
-    by_loop = watch.pending.get(seq)
-    if by_loop is None:
-        return False
-    waits = by_loop.get(id(loop))
-    # answer is alive (the caller holds it), so no other future has its id.
-    if waits is None or waits[1].pop(id(answer), None) is None:
-        return False
-    watch.count -= 1
-    if not waits[1]:
-        del by_loop[id(loop)]
-        if not by_loop:
-            del watch.pending[seq]
-    return True
+    for waits_of in (watch.fresh, watch.pending):
+        by_loop = waits_of.get(seq)
+        if by_loop is None:
+            continue
+        waits = by_loop.get(id(loop))
+        # answer is alive (the caller holds it), so no other future has its id.
+        if waits is None or waits[1].pop(id(answer), None) is None:
+            continue
+        watch.count -= 1
+        if not waits[1]:
+            del by_loop[id(loop)]
+            if not by_loop:
+                del waits_of[seq]
+        return True
+    return False
 
 
-def _take(watch: _Watch, keep: int | None) -> _Answers:
-    """Remove and return, by loop, the futures of every seq but keep."""
-    taken: _Answers = {}
-    for seq in [seq for seq in watch.pending if seq != keep]:
-        by_loop = watch.pending.pop(seq)
-        for key, (loop, futures) in by_loop.items():
-            taken.setdefault(key, (loop, []))[1].extend(futures.values())
+def _take(watch: _Watch, waits_of: dict[int, _Waits], keep: int | None, into: _Answers) -> None:
+    """Move into `into`, by loop, the futures of every seq of waits_of (the
+    watch's pending or fresh) but keep."""
+    for seq in [seq for seq in waits_of if seq != keep]:
+        for key, (loop, futures) in waits_of.pop(seq).items():
+            entry = into.get(key)
+            if entry is None:
+                into[key] = (loop, list(futures.values()))
+            else:
+                entry[1].extend(futures.values())
             watch.count -= len(futures)
-    return taken
 
 
-def _watch(watch: _Watch, watcher: _Watcher) -> None:
-    """Serve watch: sleep on the owner's count for every pending wait,
-    answer those each write concerns, leave when none is left (then, as
-    the watch ends, the watcher lingers unless the interpreter shuts
-    down)."""
+def _settle(watch: _Watch) -> None:
+    """Under _lock, as the watcher goes to sleep: the fresh registrations
+    are pending from now on (the count it wakes at is newer)."""
+    for seq, by_loop in watch.fresh.items():
+        into = watch.pending.get(seq)
+        if into is None:
+            watch.pending[seq] = by_loop
+            continue
+        for key, (loop, futures) in by_loop.items():
+            entry = into.get(key)
+            if entry is None:
+                into[key] = (loop, futures)
+            else:
+                entry[1].update(futures)
+    watch.fresh.clear()
+
+
+def _watch(watch: _Watch, watcher: _Watcher) -> bool:
+    """Serve watch until it ends; True if the watcher then lingers (it is
+    listed as idle), False if it stops (the interpreter shuts down)."""
     try:
-        answers, outcome = _watch_until_none_is_left(watch, watcher)
+        answers, outcome, owner, lingers = _watch_until_it_ends(watch, watcher)
     except BaseException as exc:
         # Its own clean-up failed: leave no dead watch, answer what can
         # be answered, and let threading.excepthook report the failure.
         with _lock:
-            _unregister(watch)
-            answers = _take(watch, None)
+            answers, owner = _end_watch(watch)
+        owner = None
         _deliver(answers, exc.with_traceback(None))
         raise
-    # Nothing here holds the owner any more, so the tasks answered last
-    # may release its buffer at once (SharedMemory.close()).
+    # Let go of the owner outside _lock (its deallocation may run code),
+    # before the answers land: the tasks answered last may then release
+    # its buffer at once (SharedMemory.close()).
+    owner = None
     _deliver(answers, outcome)
+    return lingers
 
 
-def _watch_until_none_is_left(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bool | BaseException]:
-    """The watcher's loop; returns what is still pending when it leaves,
-    and the answer they get, having let go of the owner."""
+def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bool | BaseException, Any, bool]:
+    """The watcher's loop.  After each write it answers the waits the
+    write concerns; with none left it lets go of the owner and stays
+    asleep on it (the waiter holds nothing) for the next wait_async, up to
+    _STAY seconds or _STAY_WRITES writes, or until the owner is freed.
+    Returns what is still pending as the watch ends, the answer it gets,
+    the owner to let go of (outside _lock) and whether it lingers."""
+    seq = 0  # the count the watcher sleeps after (a wait pends first)
     now: int | None = None  # the count the last sleep ended at
+    let_go: Any = None
+    answers: _Answers = {}
     try:
         while True:
+            answers = {}
             with _lock:
-                if watch.ended:  # the owner was closed: nothing pending
-                    return {}, True
                 if _stopping:
-                    return _end_watch(watch), False
-                if watch.kicked:
-                    watch.kicked = False
-                    watch.waiter = watch.owner._waiter(0, None)
-                # The waits for any state but the newest committed one are
-                # answered: a write has ended since theirs.
-                answers = _take(watch, now) if now is not None else {}
-                seq = watch.owner._news_sequence
-                if seq % 2 == 0:
-                    _merge(answers, _take(watch, seq))
-                if not watch.pending:
-                    _end_watch(watch)
-                    watcher.watch = None
-                    if watcher.thread is not None:
-                        watcher.thread.name = _LINGERING
-                    _idle.append(watcher)  # before the answers land
-                    return answers, True
+                    answers, owner, lingers = _retire(watch, watcher)
+                    return answers, False, owner, lingers
+                if now is not None:
+                    seq = now
+                    if watch.pending:  # registered before it: a write ended since theirs
+                        _take(watch, watch.pending, now, answers)
+                if watch.count:
+                    # The waits for any state but the newest committed one
+                    # are answered: a write has ended since theirs.
+                    count = watch.owner._news_sequence
+                    if count % 2 == 0:
+                        if watch.pending:
+                            _take(watch, watch.pending, count, answers)
+                        _take(watch, watch.fresh, count, answers)
+                    if watch.fresh:
+                        _settle(watch)
+                    seq = count  # odd: until the open section's end
+                timeout = None
+                if not watch.count:
+                    if watch.owner is not None:  # answered the last
+                        let_go, watch.owner = watch.owner, None
+                        if watch.thread is not None:
+                            watch.thread.name = _STAYING
+                    if watch.until is None:
+                        watch.until = time.monotonic() + _STAY
+                        watch.idle_writes = 0
+                    elif now is not None:
+                        watch.idle_writes += 1
+                    timeout = watch.until - time.monotonic()
+                    if timeout <= 0 or watch.idle_writes > _STAY_WRITES:
+                        _, owner, lingers = _retire(watch, watcher)
+                        return answers, True, let_go, lingers
                 waiter = watch.waiter
+            let_go = None  # outside _lock: its deallocation may run code
             _deliver(answers, True)
             # Wakes when a write ends after seq (odd: the open section's
-            # end), or when cancelled (the last wait left, shutdown).
-            now = waiter.next(seq)
+            # end), when cancelled (the last wait left, shutdown), when the
+            # owner is closed or freed (ValueError), or at timeout.
+            now = waiter.next(seq, timeout)
     except BaseException as exc:  # the owner's error is every waiter's
+        let_go = None
+        _deliver(answers, True)  # those taken before it was raised
         with _lock:
-            answers = {} if watch.ended else _end_watch(watch)
-        return answers, exc.with_traceback(None)  # (its frames hold the owner)
+            answers, owner, lingers = _retire(watch, watcher)
+        return answers, exc.with_traceback(None), owner, lingers  # (its frames hold the owner)
 
 
-def _end_watch(watch: _Watch) -> _Answers:
-    """Under _lock: the watcher leaves; return what was still pending.
-    The watch lets go of its owner (the next wait starts a new one): that
-    first, so that nothing failing after it leaves a watch nobody
-    watches."""
+def _retire(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, Any, bool]:
+    """Under _lock: the watch ends (_end_watch()); the watcher lingers
+    unless the interpreter shuts down (listed as idle before the last
+    answers land, so that a wait_async they make finds it)."""
+    answers, owner = _end_watch(watch)
+    if _stopping:
+        return answers, owner, False
+    watcher.watch = None
+    if watcher.thread is not None:
+        watcher.thread.name = _LINGERING
+    _idle.append(watcher)
+    return answers, owner, True
+
+
+def _end_watch(watch: _Watch) -> tuple[_Answers, Any]:
+    """Under _lock: the watcher leaves; return what was still pending and
+    the owner, which the caller lets go of outside _lock.  The watch is
+    nobody's first (the next wait starts a new one), so that nothing
+    failing after it leaves a watch nobody watches."""
     _unregister(watch)
-    return _take(watch, None)
+    answers: _Answers = {}
+    _take(watch, watch.pending, None, answers)
+    _take(watch, watch.fresh, None, answers)
+    owner, watch.owner = watch.owner, None
+    return answers, owner
 
 
 def _unregister(watch: _Watch) -> None:
     """Under _lock: the watch has no watcher and is no owner's any more
     (the next wait_async on its owner starts a new one).  Cannot fail."""
     watch.thread = None
-    if watch.owner is not None and _watches.get(id(watch.owner)) is watch:
-        del _watches[id(watch.owner)]
-    watch.owner = watch.waiter = None
-
-
-def _merge(into: _Answers, more: _Answers) -> None:
-    for key, (loop, futures) in more.items():
-        into.setdefault(key, (loop, []))[1].extend(futures)
+    if _watches.get(watch.key) is watch:
+        del _watches[watch.key]
 
 
 def _deliver(answers: _Answers, outcome: bool | BaseException) -> None:
     """One call_soon_threadsafe per loop: its futures get outcome."""
     for loop, futures in answers.values():
         try:
-            loop.call_soon_threadsafe(_settle, futures, outcome)
+            loop.call_soon_threadsafe(_settle_futures, futures, outcome)
         except Exception:
             # Closed (RuntimeError: nobody awaits any more), or a loop
             # that cannot be called: the others are answered all the same.
             pass
 
 
-def _settle(futures: list[asyncio.Future[bool]], outcome: bool | BaseException) -> None:
+def _settle_futures(futures: list[asyncio.Future[bool]], outcome: bool | BaseException) -> None:
     for answer in futures:
         if answer.done():  # cancelled or timed out meanwhile
             continue
@@ -455,8 +545,6 @@ def _forget_watchers_in_child() -> None:
     _idle.clear()  # their threads are the parent's
     for key, watch in list(_watches.items()):
         watch.thread = None
-        watch.kicked = False
-        watch.waiter = watch.owner._waiter(0, None)
         if not watch.count:
             del _watches[key]
             continue
@@ -473,7 +561,7 @@ def _pending_waits(owner: Any = None) -> int:
         if owner is None:
             return sum(watch.count for watch in _watches.values())
         watch = _watches.get(id(owner))
-        return 0 if watch is None else watch.count
+        return 0 if watch is None or not watch.waiter.is_for(owner) else watch.count
 
 
 if hasattr(os, "register_at_fork"):

@@ -374,8 +374,13 @@ def test_wait_async_storm_on_three_loops_with_cancels_and_timeouts_delivers_ever
 
 
 def test_a_loop_of_reader_wait_async_is_served_by_one_watcher_thread(monkeypatch):
-    """As a record's: the watcher lingers between wake-ups instead of a
-    thread starting per wake-up."""
+    """As a record's: the watcher stays on the ring between wake-ups, so
+    neither a thread starts nor a lingering one is handed the next wait
+    per wake-up (only the first wait is handed over)."""
+    monkeypatch.setattr(_news, "_STAY", LONG)  # however slow this machine is
+    handed = []
+    start_watcher = _news._start_watcher
+    monkeypatch.setattr(_news, "_start_watcher", lambda watch: handed.append(watch) or start_watcher(watch))
     ring = small_ring()
     reader = ring.reader()
     asked = []
@@ -402,3 +407,4 @@ def test_a_loop_of_reader_wait_async_is_served_by_one_watcher_thread(monkeypatch
     assert asyncio.run(main()) == list(range(300))
     appender.join(LONG)
     assert len(started) <= 1
+    assert len(handed) == 1

@@ -82,6 +82,12 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->waiter_type) < 0) {
         return -1;
     }
+    /* The asyncio watcher's, made by _weak_waiter(): not for users. */
+    state->weak_waiter_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &weak_waiter_type_spec, NULL);
+    if (state->weak_waiter_type == NULL) {
+        return -1;
+    }
     state->seqring_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &seqring_type_spec, NULL);
     if (state->seqring_type == NULL
@@ -114,6 +120,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->array_field_type);
     Py_VISIT(state->section_copy_type);
     Py_VISIT(state->waiter_type);
+    Py_VISIT(state->weak_waiter_type);
     Py_VISIT(state->seqring_type);
     Py_VISIT(state->ring_reader_type);
     Py_VISIT(state->reader_into_type);
@@ -134,6 +141,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->array_field_type);
     Py_CLEAR(state->section_copy_type);
     Py_CLEAR(state->waiter_type);
+    Py_CLEAR(state->weak_waiter_type);
     Py_CLEAR(state->seqring_type);
     Py_CLEAR(state->ring_reader_type);
     Py_CLEAR(state->reader_into_type);

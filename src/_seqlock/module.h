@@ -18,6 +18,7 @@ typedef struct {
     PyTypeObject *array_field_type;
     PyTypeObject *section_copy_type; /* not in the module's namespace */
     PyTypeObject *waiter_type;
+    PyTypeObject *weak_waiter_type; /* not in the module's namespace */
     PyTypeObject *seqring_type;
     PyTypeObject *ring_reader_type;
     PyTypeObject *reader_into_type;
@@ -35,6 +36,7 @@ extern PyType_Spec record_writer_type_spec;
 extern PyType_Spec array_field_type_spec;
 extern PyType_Spec section_copy_type_spec;
 extern PyType_Spec waiter_type_spec;
+extern PyType_Spec weak_waiter_type_spec;
 extern PyType_Spec seqring_type_spec;
 extern PyType_Spec ring_reader_type_spec;
 extern PyType_Spec reader_into_type_spec;

@@ -15,6 +15,7 @@
 #include "news.h"
 #include "args.h"
 #include "module.h"
+#include "unheld.h"
 
 typedef struct {
     PyObject_HEAD
@@ -221,6 +222,163 @@ PyType_Spec waiter_type_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
              | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = Waiter_slots,
+};
+
+/* ---- _WeakWaiter: the watcher's sleep, holding nothing ---- */
+
+/* The asyncio watcher stays asleep on its owner's count between a
+ * consumer's awaited waits (seqlock_py._news), so that the next wait needs
+ * no hand-over to a thread; it must not keep the owner alive meanwhile
+ * (its buffer is released as soon as the last reference goes).  So this
+ * waiter holds no reference: it sleeps pinned through the owner's anchor
+ * (unheld.h), and the owner's deallocation wakes it and waits for it. */
+typedef struct {
+    PyObject_HEAD
+    const void *owner; /* for is_for() only: never dereferenced */
+    bound_lock *lock;  /* the owner's: read only while pinned */
+    const void *key;   /* unheld_key(lock), computed while it lived */
+    const char *kind;  /* what it is, for its ValueError ("ring"...) */
+    int guarded;       /* its memory is a file's (bus_guard.h) */
+    unheld_anchor *anchor;
+    /* set by cancel(); the wait it ends takes it back (a kick) */
+    _Atomic uint32_t cancelled;
+} WeakWaiterObject;
+
+PyObject *
+news_weak_waiter(PyObject *owner, bound_lock *b)
+{
+    if (b->record != NULL && record_is_closed(b->record)) {
+        (void)set_record_closed(b->record);
+        return NULL;
+    }
+    module_state *state = PyType_GetModuleState(Py_TYPE(owner));
+    if (state == NULL) {
+        return NULL;
+    }
+    unheld_anchor *anchor = unheld_anchor_take(b);
+    if (anchor == NULL) {
+        return NULL;
+    }
+    WeakWaiterObject *w = PyObject_New(WeakWaiterObject,
+                                       state->weak_waiter_type);
+    if (w == NULL) {
+        unheld_anchor_release(anchor);
+        return NULL;
+    }
+    w->owner = owner;
+    w->lock = b;
+    w->key = unheld_key(b);
+    w->kind = b->record == NULL           ? "lock"
+              : b->record->kind != NULL ? b->record->kind
+                                        : "record";
+    w->guarded = b->record != NULL && b->record->guarded != NULL;
+    w->anchor = anchor;
+    atomic_init(&w->cancelled, 0);
+    return (PyObject *)w;
+}
+
+PyDoc_STRVAR(WeakWaiter_next_doc,
+"next($self, /, seq, timeout=None)\n--\n\n"
+"As _Waiter.next(): the (even) count once a write section has ended\n"
+"since the state seq names; None if timeout passes first or cancel()\n"
+"was called (which this return takes back).  ValueError once the owner\n"
+"is closed or freed (its deallocation wakes this wait and waits for it).");
+
+static PyObject *
+WeakWaiter_next(WeakWaiterObject *self, PyObject *args, PyObject *kwargs)
+{
+    uint64_t seq, now;
+    int64_t timeout_ns;
+    if (wait_args("next", args, kwargs, &seq, &timeout_ns) < 0) {
+        return NULL;
+    }
+    if (self->guarded) {
+        (void)bus_guard_reassert(); /* a wait may be long: make sure */
+    }
+    int changed = wait_for_change_unheld(self->lock, self->key, self->kind,
+                                         &self->anchor->gone, seq,
+                                         timeout_ns, &self->cancelled, &now);
+    if (changed < 0) {
+        return NULL;
+    }
+    if (!changed) {
+        /* A cancel is a kick: it makes the watcher look once. */
+        atomic_store_explicit(&self->cancelled, 0, memory_order_relaxed);
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromUnsignedLongLong(now);
+}
+
+PyDoc_STRVAR(WeakWaiter_cancel_doc,
+"cancel($self, /)\n--\n\n"
+"End the wait now, or the next one at its start: it returns None.");
+
+static PyObject *
+WeakWaiter_cancel(WeakWaiterObject *self, PyObject *Py_UNUSED(ignored))
+{
+    atomic_store_explicit(&self->cancelled, 1, memory_order_release);
+    /* The wake-up touches the owner's memory: pinned, as the wait is (a
+     * closed or freed owner's sleepers are woken by its closer). */
+    if (in_use_enter_fenced(self->key, &self->anchor->gone)
+        == IN_USE_ENTERED) {
+        const bound_record *r = self->lock->record;
+        if (r == NULL || !record_is_closed(r)) {
+            seqlock_wake_waiters(self->lock->sl);
+        }
+        in_use_leave();
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(WeakWaiter_is_for_doc,
+"is_for($self, owner, /)\n--\n\n"
+"Whether this waiter sleeps on owner (a live object the caller holds):\n"
+"False for a new object where a freed owner was.");
+
+static PyObject *
+WeakWaiter_is_for(WeakWaiterObject *self, PyObject *owner)
+{
+    /* owner is alive, so if it is ours its deallocation has not begun:
+     * gone is 0.  Another object at the freed owner's address comes after
+     * that deallocation set gone. */
+    return PyBool_FromLong(
+        self->owner == (const void *)owner
+        && !atomic_load_explicit(&self->anchor->gone, memory_order_acquire));
+}
+
+static void
+WeakWaiter_dealloc(WeakWaiterObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    unheld_anchor_release(self->anchor);
+    PyObject_Free(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef WeakWaiter_methods[] = {
+    {"next", (PyCFunction)(void (*)(void))WeakWaiter_next,
+     METH_VARARGS | METH_KEYWORDS, WeakWaiter_next_doc},
+    {"cancel", (PyCFunction)WeakWaiter_cancel, METH_NOARGS,
+     WeakWaiter_cancel_doc},
+    {"is_for", (PyCFunction)WeakWaiter_is_for, METH_O, WeakWaiter_is_for_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot WeakWaiter_slots[] = {
+    {Py_tp_dealloc, WeakWaiter_dealloc},
+    {Py_tp_methods, WeakWaiter_methods},
+    {Py_tp_doc, (void *)PyDoc_STR("A cancellable wait for a write that holds "
+                                  "no reference to its owner (for "
+                                  "seqlock_py._news; not public).")},
+    {0, NULL},
+};
+
+PyType_Spec weak_waiter_type_spec = {
+    .name = "seqlock_py._seqlock._WeakWaiter",
+    .basicsize = sizeof(WeakWaiterObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = WeakWaiter_slots,
 };
 
 /* ---- the Python forms ---- */

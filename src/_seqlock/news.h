@@ -45,6 +45,13 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 PyObject *news_waiter(PyObject *owner, bound_lock *b, PyObject *args,
                       PyObject *kwargs);
+/* _weak_waiter(): the watcher's sleep, holding no reference to owner
+ * (its deallocation calls unheld_let_go()); ValueError if closed. */
+#define NEWS_WEAK_WAITER_DOC                                                 \
+    PyDoc_STR("_weak_waiter($self, /)\n--\n\n"                              \
+              "A cancellable wait that holds no reference to this object\n" \
+              "(its next() is where the asyncio forms' watcher sleeps).")
+PyObject *news_weak_waiter(PyObject *owner, bound_lock *b);
 /* wait_async(seq, timeout=None): seqlock_py._news.wait_async's coroutine,
  * its arguments checked now rather than at the first await. */
 PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);

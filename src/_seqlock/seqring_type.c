@@ -31,6 +31,7 @@
 #include "own_memory.h"
 #include "ring.h"
 #include "snapshot.h"
+#include "unheld.h"
 
 #include <errno.h>
 #include <time.h>
@@ -1291,6 +1292,12 @@ SeqRing_waiter(SeqRingObject *self, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
+SeqRing_weak_waiter(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return news_weak_waiter((PyObject *)self, &self->lock);
+}
+
+static PyObject *
 SeqRing_get_news_sequence(SeqRingObject *self, void *Py_UNUSED(closure))
 {
     return ring_word_of(self, load_lock_count);
@@ -1705,6 +1712,8 @@ SeqRing_traverse(SeqRingObject *self, visitproc visit, void *arg)
 static int
 SeqRing_clear(SeqRingObject *self)
 {
+    /* The watcher may sleep in the memory, holding no reference. */
+    unheld_let_go(&self->lock, !record_is_closed(&self->rec));
     if (self->view.obj != NULL) {
         record_memory_gone(&self->rec, &self->lock, &self->view);
     }
@@ -1859,6 +1868,7 @@ SeqRing_dealloc(SeqRingObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    unheld_let_go(&self->lock, !record_is_closed(&self->rec));
     /* No thread of ours holds the lock: a holder keeps the ring alive. */
     if (self->ring.header != NULL) {
         bound_lock_fini(&self->lock);
@@ -1978,6 +1988,8 @@ static PyMethodDef SeqRing_methods[] = {
      PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"
                "A cancellable wait on the ring's lock count: for "
                "seqlock_py._news.")},
+    {"_weak_waiter", (PyCFunction)SeqRing_weak_waiter, METH_NOARGS,
+     NEWS_WEAK_WAITER_DOC},
     {"__enter__", (PyCFunction)SeqRing_enter, METH_NOARGS,
      PyDoc_STR("__enter__($self, /)\n--\n\nReturn the ring (ValueError if "
                "it is closed).")},
