@@ -93,8 +93,9 @@ def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[A
 
 # ---- wait_async: one watcher thread per lock or record ----
 
-#: A watch's futures of one seq: id(loop) -> (loop, id(future) -> future).
-_Waits = dict[int, tuple["asyncio.AbstractEventLoop", dict[int, "asyncio.Future[bool]"]]]
+#: A watch's futures: id(future) -> (seq, loop, future), by id so that no
+#: caller's __hash__ or __eq__ runs in the watcher.
+_Waits = dict[int, tuple[int, "asyncio.AbstractEventLoop", "asyncio.Future[bool]"]]
 #: Futures to answer: id(loop) -> (loop, futures).
 _Answers = dict[int, tuple["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]]
 
@@ -103,8 +104,7 @@ class _Watch:
     """The pending awaited waits on one owner, and the thread that sleeps
     for them.  Every field is guarded by _lock."""
 
-    __slots__ = ("key", "owner", "waiter", "thread", "pending", "fresh", "count", "until",
-                 "idle_writes")
+    __slots__ = ("key", "owner", "waiter", "thread", "pending", "fresh", "until", "idle_writes")
 
     def __init__(self, owner: Any) -> None:
         self.key = id(owner)  # in _watches
@@ -116,12 +116,11 @@ class _Watch:
         #: makes the watcher look once
         self.waiter = owner._weak_waiter()
         self.thread: threading.Thread | None = None
-        #: seq -> the futures registered before the watcher's sleep
-        #: began, so that the count it wakes at is newer than theirs ...
-        self.pending: dict[int, _Waits] = {}
+        #: the futures registered before the watcher's sleep began, so
+        #: that the count it wakes at is newer than theirs ...
+        self.pending: _Waits = {}
         #: ... and since: only a count read after them answers them
-        self.fresh: dict[int, _Waits] = {}
-        self.count = 0  # futures in pending and fresh
+        self.fresh: _Waits = {}
         self.until: float | None = None  # none pending: when the watch ends
         self.idle_writes = 0  # writes the watcher woke for, none pending
 
@@ -147,10 +146,10 @@ _STAY_WRITES = 16
 #: How long a watcher with nothing to watch waits for another owner's
 #: first wait_async before its thread ends, in seconds.
 _LINGER = 10.0
-#: A watcher thread's name while it serves an owner's pending waits,
-#: while it stays on the owner with none pending, and while it lingers.
+#: A watcher thread's name while it watches an owner (its waits pending,
+#: or staying for the next), and while it lingers between owners.  Not
+#: renamed per wake-up: a name costs a Python call to set.
 _SERVING = "seqlock_py wait_async"
-_STAYING = "seqlock_py wait_async (staying)"
 _LINGERING = "seqlock_py wait_async (lingering)"
 
 _lock = threading.Lock()
@@ -170,38 +169,49 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
     seq is a plain int and timeout None or a float (converted by the C
     layer): the watcher compares and hashes seq, and must run no caller's
     code."""
+    global _running_loop
     if type(seq) is not int:
         raise TypeError(f"seq must be converted to a plain int first, not {type(seq).__name__}")
-    if owner._news_wait(seq, 0):
+    if owner._news_since(seq):
         return True
     if timeout == 0:
         return False
-    import asyncio  # here: changes() alone should not import asyncio
+    if _running_loop is None:
+        import asyncio  # here: changes() alone should not import asyncio
 
-    loop = asyncio.get_running_loop()
+        _running_loop = asyncio.get_running_loop
+    loop = _running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
     if not _register(owner, seq, loop, answer):
         return True  # a write ended meanwhile
     timer = None if timeout is None else loop.call_later(timeout, _time_out, answer)
     closed = False
+    woken = False
     try:
-        return await answer
+        woken = await answer
+        return woken
     except GeneratorExit:
         closed = True
         raise
     finally:
         if timer is not None:
             timer.cancel()
-        if not closed:
-            _withdraw(owner, seq, loop, answer)
+        if woken:
+            pass  # the watcher took it out to answer it: nothing to withdraw
+        elif not closed:
+            _withdraw(owner, answer)
         elif _lock.acquire(blocking=False):
             _lock.release()
-            _withdraw(owner, seq, loop, answer)
+            _withdraw(owner, answer)
         # Else closed never resumed (its loop gone), by the garbage
         # collector (answered already: garbage) inside a section of _lock,
         # maybe this thread's: waiting for _lock could be waiting for
         # ourselves.  A registration left behind is answered with the
         # next write, to a loop nobody runs.
+
+
+#: asyncio.get_running_loop, once asyncio is imported (by the first wait_async).
+_running_loop: Any = None
 
 
 def _time_out(answer: asyncio.Future[bool]) -> None:
@@ -217,7 +227,7 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
     by the watcher after this registration."""
     global _stop_at_exit_registered
     with _lock:
-        if owner._news_wait(seq, 0):
+        if owner._news_since(seq):
             return False
         if _stopping:
             raise RuntimeError("can't wait_async at interpreter shutdown")
@@ -233,27 +243,18 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
         if watch is None or not watch.waiter.is_for(owner):
             # None, or a freed owner's whose watcher has not left yet.
             watch = _watches[id(owner)] = _Watch(owner)
-        elif watch.count == 0:
+        elif not watch.pending and not watch.fresh:
             # Its watcher stays asleep on the owner: no hand-over to a
             # thread, only the owner held again.
             watch.owner = owner
             watch.until = None
-            if watch.thread is not None:
-                watch.thread.name = _SERVING
-        by_loop = watch.fresh.get(seq)
-        if by_loop is None:
-            by_loop = watch.fresh[seq] = {}
-        waits = by_loop.get(id(loop))
-        if waits is None:
-            waits = by_loop[id(loop)] = (loop, {})
-        waits[1][id(answer)] = answer
-        watch.count += 1
+        watch.fresh[id(answer)] = (seq, loop, answer)
         if watch.thread is None:
             try:
                 _start_watcher(watch)
             except BaseException:
-                _discard(watch, seq, loop, answer)
-                if watch.count == 0:
+                _discard(watch, answer)
+                if not watch.pending and not watch.fresh:
                     _unregister(watch)
                     watch.owner = None  # the caller holds it: not the last
                 raise
@@ -310,66 +311,43 @@ def _serve(watcher: _Watcher) -> None:
         raise
 
 
-def _withdraw(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
+def _withdraw(owner: Any, answer: asyncio.Future[bool]) -> None:
     """Forget answer (timed out, cancelled, or already answered: then a
     no-op); the last one gone, the watch lets go of the owner, and the
     watcher is woken to begin its stay."""
     with _lock:
         watch = _watches.get(id(owner))
-        if watch is None or not _discard(watch, seq, loop, answer) or watch.count:
+        if watch is None or not _discard(watch, answer) or watch.pending or watch.fresh:
             return
         watch.owner = None  # the caller holds it: not the last reference
-        if watch.thread is not None:
-            watch.thread.name = _STAYING
         watch.waiter.cancel()
 
 
-def _discard(watch: _Watch, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
-    for waits_of in (watch.fresh, watch.pending):
-        by_loop = waits_of.get(seq)
-        if by_loop is None:
+def _discard(watch: _Watch, answer: asyncio.Future[bool]) -> bool:
+    # answer is alive (the caller holds it), so no other future has its id.
+    key = id(answer)
+    return watch.fresh.pop(key, None) is not None or watch.pending.pop(key, None) is not None
+
+
+def _take(waits: _Waits, keep: int | None, into: _Answers) -> None:
+    """Move into `into`, by loop, the futures of waits (a watch's pending
+    or fresh) but those waiting since keep."""
+    kept = None
+    for key, entry in waits.items():
+        seq, loop, answer = entry
+        if seq == keep:
+            if kept is None:
+                kept = {}
+            kept[key] = entry
             continue
-        waits = by_loop.get(id(loop))
-        # answer is alive (the caller holds it), so no other future has its id.
-        if waits is None or waits[1].pop(id(answer), None) is None:
-            continue
-        watch.count -= 1
-        if not waits[1]:
-            del by_loop[id(loop)]
-            if not by_loop:
-                del waits_of[seq]
-        return True
-    return False
-
-
-def _take(watch: _Watch, waits_of: dict[int, _Waits], keep: int | None, into: _Answers) -> None:
-    """Move into `into`, by loop, the futures of every seq of waits_of (the
-    watch's pending or fresh) but keep."""
-    for seq in [seq for seq in waits_of if seq != keep]:
-        for key, (loop, futures) in waits_of.pop(seq).items():
-            entry = into.get(key)
-            if entry is None:
-                into[key] = (loop, list(futures.values()))
-            else:
-                entry[1].extend(futures.values())
-            watch.count -= len(futures)
-
-
-def _settle(watch: _Watch) -> None:
-    """Under _lock, as the watcher goes to sleep: the fresh registrations
-    are pending from now on (the count it wakes at is newer)."""
-    for seq, by_loop in watch.fresh.items():
-        into = watch.pending.get(seq)
-        if into is None:
-            watch.pending[seq] = by_loop
-            continue
-        for key, (loop, futures) in by_loop.items():
-            entry = into.get(key)
-            if entry is None:
-                into[key] = (loop, futures)
-            else:
-                entry[1].update(futures)
-    watch.fresh.clear()
+        batch = into.get(id(loop))
+        if batch is None:
+            into[id(loop)] = (loop, [answer])
+        else:
+            batch[1].append(answer)
+    waits.clear()
+    if kept is not None:
+        waits.update(kept)
 
 
 def _watch(watch: _Watch, watcher: _Watcher) -> bool:
@@ -414,30 +392,32 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
                 if now is not None:
                     seq = now
                     if watch.pending:  # registered before it: a write ended since theirs
-                        _take(watch, watch.pending, now, answers)
-                if watch.count:
+                        _take(watch.pending, now, answers)
+                if watch.pending or watch.fresh:
                     # The waits for any state but the newest committed one
                     # are answered: a write has ended since theirs.
                     count = watch.owner._news_sequence
                     if count % 2 == 0:
                         if watch.pending:
-                            _take(watch, watch.pending, count, answers)
-                        _take(watch, watch.fresh, count, answers)
-                    if watch.fresh:
-                        _settle(watch)
+                            _take(watch.pending, count, answers)
+                        if watch.fresh:
+                            _take(watch.fresh, count, answers)
+                    if watch.fresh:  # pending from now: the sleep comes after them
+                        watch.pending.update(watch.fresh)
+                        watch.fresh.clear()
                     seq = count  # odd: until the open section's end
                 timeout = None
-                if not watch.count:
+                if not watch.pending:
                     if watch.owner is not None:  # answered the last
                         let_go, watch.owner = watch.owner, None
-                        if watch.thread is not None:
-                            watch.thread.name = _STAYING
                     if watch.until is None:
-                        watch.until = time.monotonic() + _STAY
+                        timeout = _STAY
+                        watch.until = time.monotonic() + timeout
                         watch.idle_writes = 0
-                    elif now is not None:
-                        watch.idle_writes += 1
-                    timeout = watch.until - time.monotonic()
+                    else:
+                        timeout = watch.until - time.monotonic()
+                        if now is not None:
+                            watch.idle_writes += 1
                     if timeout <= 0 or watch.idle_writes > _STAY_WRITES:
                         _, owner, lingers = _retire(watch, watcher)
                         return answers, True, let_go, lingers
@@ -477,8 +457,8 @@ def _end_watch(watch: _Watch) -> tuple[_Answers, Any]:
     failing after it leaves a watch nobody watches."""
     _unregister(watch)
     answers: _Answers = {}
-    _take(watch, watch.pending, None, answers)
-    _take(watch, watch.fresh, None, answers)
+    _take(watch.pending, None, answers)
+    _take(watch.fresh, None, answers)
     owner, watch.owner = watch.owner, None
     return answers, owner
 
@@ -545,7 +525,7 @@ def _forget_watchers_in_child() -> None:
     _idle.clear()  # their threads are the parent's
     for key, watch in list(_watches.items()):
         watch.thread = None
-        if not watch.count:
+        if not watch.pending and not watch.fresh:
             del _watches[key]
             continue
         try:
@@ -559,9 +539,11 @@ def _pending_waits(owner: Any = None) -> int:
     for tests."""
     with _lock:
         if owner is None:
-            return sum(watch.count for watch in _watches.values())
+            return sum(len(watch.pending) + len(watch.fresh) for watch in _watches.values())
         watch = _watches.get(id(owner))
-        return 0 if watch is None or not watch.waiter.is_for(owner) else watch.count
+        if watch is None or not watch.waiter.is_for(owner):
+            return 0
+        return len(watch.pending) + len(watch.fresh)
 
 
 if hasattr(os, "register_at_fork"):

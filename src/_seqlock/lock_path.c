@@ -680,7 +680,10 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
         (void)bus_guard_reassert(); /* a wait may be long: make sure */
     }
     change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};
-    int64_t slice = signal_handlers_run_here() ? SIGNAL_BACKSTOP_NS : -1;
+    /* Two system calls: not for a wait that only looks. */
+    int64_t slice = timeout_ns != 0 && signal_handlers_run_here()
+                        ? SIGNAL_BACKSTOP_NS
+                        : -1;
     int err = wait_in_slices(core_wait_for_change, b, timeout_ns, slice, &w);
     if (b->record != NULL) {
         record_unpin(b->record);

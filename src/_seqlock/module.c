@@ -82,10 +82,10 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->waiter_type) < 0) {
         return -1;
     }
-    /* The asyncio watcher's, made by _weak_waiter(): not for users. */
     state->weak_waiter_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &weak_waiter_type_spec, NULL);
-    if (state->weak_waiter_type == NULL) {
+    if (state->weak_waiter_type == NULL
+        || PyModule_AddType(module, state->weak_waiter_type) < 0) {
         return -1;
     }
     state->seqring_type = (PyTypeObject *)PyType_FromModuleAndSpec(

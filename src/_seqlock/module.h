@@ -18,7 +18,7 @@ typedef struct {
     PyTypeObject *array_field_type;
     PyTypeObject *section_copy_type; /* not in the module's namespace */
     PyTypeObject *waiter_type;
-    PyTypeObject *weak_waiter_type; /* not in the module's namespace */
+    PyTypeObject *weak_waiter_type;
     PyTypeObject *seqring_type;
     PyTypeObject *ring_reader_type;
     PyTypeObject *reader_into_type;

@@ -32,12 +32,10 @@ typedef struct {
  * once, here: nothing after this sees the caller's objects (the watcher
  * thread that answers wait_async() must run none of their methods). */
 static int
-wait_args(const char *name, PyObject *args, PyObject *kwargs, uint64_t *seq,
-          int64_t *timeout_ns)
+wait_args(const char *name, const char *format, PyObject *args,
+          PyObject *kwargs, uint64_t *seq, int64_t *timeout_ns)
 {
     static char *keywords[] = {"seq", "timeout", NULL};
-    char format[32];
-    PyOS_snprintf(format, sizeof format, "O|O:%s", name);
     PyObject *seq_obj, *timeout = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &seq_obj,
                                      &timeout)) {
@@ -87,10 +85,21 @@ news_wait(bound_lock *b, PyObject *args, PyObject *kwargs)
 {
     uint64_t seq, now;
     int64_t timeout_ns;
-    if (wait_args("wait", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (wait_args("wait", "O|O:wait", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     int changed = wait_for_change(b, seq, timeout_ns, NULL, 0, &now);
+    return changed < 0 ? NULL : PyBool_FromLong(changed);
+}
+
+PyObject *
+news_since(bound_lock *b, PyObject *seq_obj)
+{
+    uint64_t seq, now;
+    if (sequence_from_object("_news_since", seq_obj, &seq) < 0) {
+        return NULL;
+    }
+    int changed = wait_for_change(b, seq, 0, NULL, 0, &now);
     return changed < 0 ? NULL : PyBool_FromLong(changed);
 }
 
@@ -101,7 +110,7 @@ news_waiter(PyObject *owner, bound_lock *b, PyObject *args, PyObject *kwargs)
 {
     uint64_t seq;
     int64_t timeout_ns;
-    if (wait_args("_waiter", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (wait_args("_waiter", "O|O:_waiter", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     module_state *state = PyType_GetModuleState(Py_TYPE(owner));
@@ -147,7 +156,7 @@ Waiter_next(WaiterObject *self, PyObject *args, PyObject *kwargs)
 {
     uint64_t seq, now;
     int64_t timeout_ns;
-    if (wait_args("next", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (wait_args("next", "O|O:next", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     int changed = wait_for_change(self->lock, seq, timeout_ns,
@@ -278,18 +287,26 @@ news_weak_waiter(PyObject *owner, bound_lock *b)
 }
 
 PyDoc_STRVAR(WeakWaiter_next_doc,
-"next($self, /, seq, timeout=None)\n--\n\n"
+"next($self, seq, timeout, /)\n--\n\n"
 "As _Waiter.next(): the (even) count once a write section has ended\n"
 "since the state seq names; None if timeout passes first or cancel()\n"
 "was called (which this return takes back).  ValueError once the owner\n"
 "is closed or freed (its deallocation wakes this wait and waits for it).");
 
 static PyObject *
-WeakWaiter_next(WeakWaiterObject *self, PyObject *args, PyObject *kwargs)
+WeakWaiter_next(WeakWaiterObject *self, PyObject *const *args,
+                Py_ssize_t nargs)
 {
     uint64_t seq, now;
     int64_t timeout_ns;
-    if (wait_args("next", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "next() takes 2 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* Positional only, and no keyword parsing: it runs once per wake-up. */
+    if (sequence_from_object("next", args[0], &seq) < 0
+        || timeout_to_ns(args[1], &timeout_ns) < 0) {
         return NULL;
     }
     if (self->guarded) {
@@ -356,8 +373,8 @@ WeakWaiter_dealloc(WeakWaiterObject *self)
 }
 
 static PyMethodDef WeakWaiter_methods[] = {
-    {"next", (PyCFunction)(void (*)(void))WeakWaiter_next,
-     METH_VARARGS | METH_KEYWORDS, WeakWaiter_next_doc},
+    {"next", (PyCFunction)(void (*)(void))WeakWaiter_next, METH_FASTCALL,
+     WeakWaiter_next_doc},
     {"cancel", (PyCFunction)WeakWaiter_cancel, METH_NOARGS,
      WeakWaiter_cancel_doc},
     {"is_for", (PyCFunction)WeakWaiter_is_for, METH_O, WeakWaiter_is_for_doc},
@@ -427,7 +444,7 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
 {
     uint64_t seq;
     int64_t timeout_ns;
-    if (wait_args("wait_async", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (wait_args("wait_async", "O|O:wait_async", args, kwargs, &seq, &timeout_ns) < 0) {
         return NULL;
     }
     /* A plain int, never the caller's object: the watcher thread keeps

@@ -28,6 +28,13 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
         "section (as read() does); a SeqRecord's dead writer's section is\n" \
         "rolled back, which counts as a write.")
 
+/* _news_since(seq): wait(seq, 0), for seqlock_py._news (METH_O: it runs
+ * twice per awaited wait). */
+PyObject *news_since(bound_lock *b, PyObject *seq);
+#define NEWS_SINCE_DOC                                                       \
+    PyDoc_STR("_news_since($self, seq, /)\n--\n\n"                          \
+              "wait(seq, 0): whether a write section has ended since the\n" \
+              "state seq names (for seqlock_py._news).")
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 #define NEWS_WAITER_DOC                                                      \
     PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"                 \

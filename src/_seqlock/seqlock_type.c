@@ -391,6 +391,12 @@ SeqLock_waiter(SeqLockObject *self, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
+SeqLock_news_since(SeqLockObject *self, PyObject *seq)
+{
+    return news_since(&self->lock, seq);
+}
+
+static PyObject *
 SeqLock_weak_waiter(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
 {
     return news_weak_waiter((PyObject *)self, &self->lock);
@@ -412,10 +418,7 @@ static PyMethodDef SeqLock_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, SeqLock_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqLock_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
-    {"_news_wait", (PyCFunction)(void (*)(void))SeqLock_wait,
-     METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
-               "wait(), under the name seqlock_py._news calls.")},
+    {"_news_since", (PyCFunction)SeqLock_news_since, METH_O, NEWS_SINCE_DOC},
     {"wait_async", (PyCFunction)(void (*)(void))SeqLock_wait_async,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"_waiter", (PyCFunction)(void (*)(void))SeqLock_waiter,

@@ -1247,6 +1247,13 @@ SeqRecord_waiter(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
+SeqRecord_news_since(SeqRecordObject *self, PyObject *seq)
+{
+    RETURN_IF_CLOSED(self, NULL);
+    return news_since(&self->lock, seq);
+}
+
+static PyObject *
 SeqRecord_weak_waiter(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
 {
     return news_weak_waiter((PyObject *)self, &self->lock);
@@ -1636,10 +1643,8 @@ static PyMethodDef SeqRecord_methods[] = {
      SeqRecord_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
-    {"_news_wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
-     METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
-               "wait(), under the name seqlock_py._news calls.")},
+    {"_news_since", (PyCFunction)SeqRecord_news_since, METH_O,
+     NEWS_SINCE_DOC},
     {"wait_async", (PyCFunction)(void (*)(void))SeqRecord_wait_async,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"changes", (PyCFunction)(void (*)(void))SeqRecord_changes,

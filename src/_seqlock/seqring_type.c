@@ -1280,9 +1280,9 @@ RingReader_wait_async(RingReaderObject *self, PyObject *args,
  * watcher thread per ring sleeps for all of its readers' wait_async(). */
 
 static PyObject *
-SeqRing_news_wait(SeqRingObject *self, PyObject *args, PyObject *kwargs)
+SeqRing_news_since(SeqRingObject *self, PyObject *seq)
 {
-    return news_wait(&self->lock, args, kwargs);
+    return news_since(&self->lock, seq);
 }
 
 static PyObject *
@@ -1978,11 +1978,8 @@ static PyMethodDef SeqRing_methods[] = {
      PyDoc_STR("_close_with($self, closer, /)\n--\n\n"
                "Have close() call closer() after it lets the buffer go "
                "(seqlock_py._shared).")},
-    {"_news_wait", (PyCFunction)(void (*)(void))SeqRing_news_wait,
-     METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
-               "SeqRecord.wait() on the ring's lock count: for "
-               "seqlock_py._news.")},
+    {"_news_since", (PyCFunction)SeqRing_news_since, METH_O,
+     NEWS_SINCE_DOC},
     {"_waiter", (PyCFunction)(void (*)(void))SeqRing_waiter,
      METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"
