@@ -104,7 +104,7 @@ class _Watch:
     """The pending awaited waits on one owner, and the thread that sleeps
     for them.  Every field is guarded by _lock."""
 
-    __slots__ = ("key", "owner", "waiter", "thread", "pending", "fresh", "until", "idle_writes")
+    __slots__ = ("key", "owner", "waiter", "thread", "pending", "fresh", "until", "idle_writes", "nap")
 
     def __init__(self, owner: Any) -> None:
         self.key = id(owner)  # in _watches
@@ -123,6 +123,9 @@ class _Watch:
         self.fresh: _Waits = {}
         self.until: float | None = None  # none pending: when the watch ends
         self.idle_writes = 0  # writes the watcher woke for, none pending
+        #: with waits pending, the watcher sleeps at most this long, then
+        #: answers False those that waited all along (they look again)
+        self.nap: float | None = None
 
 
 class _Watcher:
@@ -164,11 +167,13 @@ _stopping = False  # the interpreter shuts down: no new watcher
 _stop_at_exit_registered = False
 
 
-async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
+async def wait_async(owner: Any, seq: int, timeout: float | None, nap: float | None = None) -> bool:
     """owner.wait(seq, timeout), awaited: the owner's watcher answers.
     seq is a plain int and timeout None or a float (converted by the C
     layer): the watcher compares and hashes seq, and must run no caller's
-    code."""
+    code.  nap: the watcher answers False once the wait has lasted a whole
+    nap of that many seconds (of its own, no timer of the loop's) without
+    news, so that the caller looks again (a ring's reader: _ring)."""
     global _running_loop
     if type(seq) is not int:
         raise TypeError(f"seq must be converted to a plain int first, not {type(seq).__name__}")
@@ -182,7 +187,7 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
         _running_loop = asyncio.get_running_loop
     loop = _running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
-    if not _register(owner, seq, loop, answer):
+    if not _register(owner, seq, loop, answer, nap):
         return True  # a write ended meanwhile
     timer = None if timeout is None else loop.call_later(timeout, _time_out, answer)
     closed = False
@@ -219,7 +224,8 @@ def _time_out(answer: asyncio.Future[bool]) -> None:
         answer.set_result(False)
 
 
-def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
+def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool],
+              nap: float | None = None) -> bool:
     """Leave answer with owner's watch (starting its watcher if it has
     none); False if a write has ended since seq after all.  The look and
     the registration are one step under _lock, as the watcher's look at
@@ -249,6 +255,8 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
             watch.owner = owner
             watch.until = None
         watch.fresh[id(answer)] = (seq, loop, answer)
+        if nap is not None and (watch.nap is None or nap < watch.nap):
+            watch.nap = nap
         if watch.thread is None:
             try:
                 _start_watcher(watch)
@@ -380,11 +388,14 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
     the owner to let go of (outside _lock) and whether it lingers."""
     seq = 0  # the count the watcher sleeps after (a wait pends first)
     now: int | None = None  # the count the last sleep ended at
+    nap_ends: float | None = None  # when the last sleep's nap (watch.nap) ended
     let_go: Any = None
     answers: _Answers = {}
+    naps_over: _Answers = {}
     try:
         while True:
             answers = {}
+            naps_over = {}
             with _lock:
                 if _stopping:
                     answers, owner, lingers = _retire(watch, watcher)
@@ -393,6 +404,10 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
                     seq = now
                     if watch.pending:  # registered before it: a write ended since theirs
                         _take(watch.pending, now, answers)
+                elif nap_ends is not None and watch.pending and time.monotonic() >= nap_ends:
+                    # A whole nap with no news: they look again (answered
+                    # False), before those registered since join them.
+                    _take(watch.pending, None, naps_over)
                 if watch.pending or watch.fresh:
                     # The waits for any state but the newest committed one
                     # are answered: a write has ended since theirs.
@@ -420,10 +435,16 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
                             watch.idle_writes += 1
                     if timeout <= 0 or watch.idle_writes > _STAY_WRITES:
                         _, owner, lingers = _retire(watch, watcher)
+                        _deliver(naps_over, False)
                         return answers, True, let_go, lingers
+                    nap_ends = None
+                elif watch.nap is not None:
+                    timeout = watch.nap
+                    nap_ends = time.monotonic() + timeout
                 waiter = watch.waiter
             let_go = None  # outside _lock: its deallocation may run code
             _deliver(answers, True)
+            _deliver(naps_over, False)
             # Wakes when a write ends after seq (odd: the open section's
             # end), when cancelled (the last wait left, shutdown), when the
             # owner is closed or freed (ValueError), or at timeout.
@@ -431,6 +452,7 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
     except BaseException as exc:  # the owner's error is every waiter's
         let_go = None
         _deliver(answers, True)  # those taken before it was raised
+        _deliver(naps_over, False)
         with _lock:
             answers, owner, lingers = _retire(watch, watcher)
         return answers, exc.with_traceback(None), owner, lingers  # (its frames hold the owner)

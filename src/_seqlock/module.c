@@ -39,6 +39,10 @@ static int
 module_exec(PyObject *module)
 {
     module_state *state = PyModule_GetState(module);
+    state->wait_async_name = PyUnicode_InternFromString("wait_async");
+    if (state->wait_async_name == NULL) {
+        return -1;
+    }
     state->seqlock_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &seqlock_type_spec, NULL);
     if (state->seqlock_type == NULL
@@ -127,6 +131,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(atomic_load(&state->news_module));
     Py_VISIT(atomic_load(&state->snapshot_module));
     Py_VISIT(atomic_load(&state->typed_module));
+    Py_VISIT(atomic_load(&state->ring_module));
+    Py_VISIT(state->wait_async_name);
     return 0;
 }
 
@@ -148,6 +154,8 @@ module_clear(PyObject *module)
     Py_XDECREF(atomic_exchange(&state->news_module, NULL));
     Py_XDECREF(atomic_exchange(&state->snapshot_module, NULL));
     Py_XDECREF(atomic_exchange(&state->typed_module, NULL));
+    Py_XDECREF(atomic_exchange(&state->ring_module, NULL));
+    Py_CLEAR(state->wait_async_name);
     return 0;
 }
 

@@ -22,8 +22,12 @@ typedef struct {
     PyTypeObject *seqring_type;
     PyTypeObject *ring_reader_type;
     PyTypeObject *reader_into_type;
-    /* seqlock_py._news, imported on first use (news.c) */
+    /* seqlock_py._news and ._ring, imported on first use (news.c,
+     * seqring_type.c) */
     _Atomic(PyObject *) news_module;
+    _Atomic(PyObject *) ring_module;
+    /* "wait_async", interned: looked up in them per awaited wait */
+    PyObject *wait_async_name;
     /* seqlock_py._snapshot and ._typed, imported on first use (snapshot.c) */
     _Atomic(PyObject *) snapshot_module;
     _Atomic(PyObject *) typed_module;

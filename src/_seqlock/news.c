@@ -110,7 +110,8 @@ news_waiter(PyObject *owner, bound_lock *b, PyObject *args, PyObject *kwargs)
 {
     uint64_t seq;
     int64_t timeout_ns;
-    if (wait_args("_waiter", "O|O:_waiter", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (wait_args("_waiter", "O|O:_waiter", args, kwargs, &seq, &timeout_ns)
+        < 0) {
         return NULL;
     }
     module_state *state = PyType_GetModuleState(Py_TYPE(owner));
@@ -400,43 +401,23 @@ PyType_Spec weak_waiter_type_spec = {
 
 /* ---- the Python forms ---- */
 
-/* seqlock_py._news.<name>(*args).  The module is imported on first use
- * (it imports asyncio, which `import seqlock_py` should not pay for) and
- * kept in the module state: one compare-and-swap decides which of two
- * racing first imports is kept. */
+/* seqlock_py._news.<name>(*args), args[0] left for the module.  The
+ * module is imported on first use (it imports asyncio, which `import
+ * seqlock_py` should not pay for) and kept in the module state
+ * (python_helper()). */
 static PyObject *
-call_news(PyObject *owner, const char *name, PyObject *const *args,
-          size_t nargs)
+call_news(PyObject *owner, PyObject *name, PyObject **args, size_t nargs)
 {
     module_state *state = PyType_GetModuleState(Py_TYPE(owner));
     if (state == NULL) {
         return NULL;
     }
-    PyObject *news = atomic_load_explicit(&state->news_module,
-                                          memory_order_acquire);
+    PyObject *news = python_helper(&state->news_module, "seqlock_py._news");
     if (news == NULL) {
-        PyObject *imported = PyImport_ImportModule("seqlock_py._news");
-        if (imported == NULL) {
-            return NULL;
-        }
-        PyObject *expected = NULL;
-        if (atomic_compare_exchange_strong_explicit(
-                &state->news_module, &expected, imported,
-                memory_order_acq_rel, memory_order_acquire)) {
-            news = imported;
-        }
-        else {
-            Py_DECREF(imported); /* the same module: another thread's */
-            news = expected;
-        }
-    }
-    PyObject *fn = PyObject_GetAttrString(news, name);
-    if (fn == NULL) {
         return NULL;
     }
-    PyObject *result = PyObject_Vectorcall(fn, args, nargs, NULL);
-    Py_DECREF(fn);
-    return result;
+    args[0] = news;
+    return PyObject_VectorcallMethod(name, args, nargs + 1, NULL);
 }
 
 PyObject *
@@ -444,7 +425,13 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
 {
     uint64_t seq;
     int64_t timeout_ns;
-    if (wait_args("wait_async", "O|O:wait_async", args, kwargs, &seq, &timeout_ns) < 0) {
+    if (wait_args("wait_async", "O|O:wait_async", args, kwargs, &seq,
+                  &timeout_ns)
+        < 0) {
+        return NULL;
+    }
+    module_state *state = PyType_GetModuleState(Py_TYPE(owner));
+    if (state == NULL) {
         return NULL;
     }
     /* A plain int, never the caller's object: the watcher thread keeps
@@ -458,8 +445,8 @@ news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs)
         Py_DECREF(seq_int);
         return NULL;
     }
-    PyObject *call[] = {owner, seq_int, seconds};
-    PyObject *coroutine = call_news(owner, "wait_async", call, 3);
+    PyObject *call[] = {NULL, owner, seq_int, seconds};
+    PyObject *coroutine = call_news(owner, state->wait_async_name, call, 3);
     Py_DECREF(seconds);
     Py_DECREF(seq_int);
     return coroutine;
@@ -477,8 +464,14 @@ news_changes(const char *name, PyObject *owner, PyObject *args,
     if (seconds == NULL) {
         return NULL;
     }
-    PyObject *call[] = {owner, seconds};
-    PyObject *items = call_news(owner, name, call, 2);
+    PyObject *name_obj = PyUnicode_FromString(name);
+    if (name_obj == NULL) {
+        Py_DECREF(seconds);
+        return NULL;
+    }
+    PyObject *call[] = {NULL, owner, seconds};
+    PyObject *items = call_news(owner, name_obj, call, 2);
+    Py_DECREF(name_obj);
     Py_DECREF(seconds);
     return items;
 }

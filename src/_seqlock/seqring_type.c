@@ -1263,14 +1263,17 @@ RingReader_wait_async(RingReaderObject *self, PyObject *args,
     if (seconds == NULL) {
         return NULL;
     }
-    PyObject *helper = PyImport_ImportModule("seqlock_py._ring");
+    module_state *state = PyType_GetModuleState(Py_TYPE(self));
+    PyObject *helper = state == NULL ? NULL
+                                     : python_helper(&state->ring_module,
+                                                     "seqlock_py._ring");
     if (helper == NULL) {
         Py_DECREF(seconds);
         return NULL;
     }
-    PyObject *coroutine = PyObject_CallMethod(helper, "wait_async", "OO",
-                                              (PyObject *)self, seconds);
-    Py_DECREF(helper);
+    PyObject *call[] = {helper, (PyObject *)self, seconds};
+    PyObject *coroutine = PyObject_VectorcallMethod(state->wait_async_name,
+                                                    call, 3, NULL);
     Py_DECREF(seconds);
     return coroutine;
 }
