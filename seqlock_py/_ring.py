@@ -32,17 +32,16 @@ async def wait_async(reader: Any, timeout: float | None) -> bool:
     """reader.wait(timeout), awaited.  timeout is None or seconds as a
     float, converted by the C layer with wait()'s converter: -1 and a
     Decimal mean here what they mean to wait()."""
-    if reader.wait(0):
-        return True
-    if timeout == 0:
-        return False
     ring = reader.ring
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if not timeout else time.monotonic() + timeout
     while True:
+        # The count first: an append that ends after the look moves it.
         count = ring._news_sequence
         if reader.wait(0):
             return True
         if deadline is None:
+            if timeout == 0:
+                return False
             left = None
         else:
             left = deadline - time.monotonic()
