@@ -3,15 +3,16 @@
 ``SeqLock`` and ``SeqRecord`` check their arguments in C and hand over
 to these functions; ``RingReader.wait_async()`` waits here on its ring
 (``seqlock_py._ring``).  An owner is anything with ``_news_sequence``
-(its lock's count), ``_news_wait(seq, timeout)`` and ``_waiter()``.  ``wait()`` sleeps on the lock's sequence word (a
+(its lock's count), ``_news_since(seq)`` (``wait(seq, 0)``) and
+``_weak_waiter()``.  ``wait()`` sleeps on the lock's sequence word (a
 futex) with the GIL released; an event loop cannot.  So every awaited
 wait on one lock or record, from any event loop of this process, leaves
 its future with that owner's watch, and one watcher thread per owner
-sleeps on the futex for all of them (``_Waiter.next()``, naps of 1 s):
-after each write it answers every future the write concerns, with one
-``loop.call_soon_threadsafe`` per event loop.  A wait's timeout is its
-loop's timer; cancelling the await withdraws the future.  2,000 pending
-waits on one record are one thread, not 2,000.
+sleeps on the futex for all of them (``_WeakWaiter.next()``, naps of
+1 s): after each write it answers every future the write concerns, with
+one ``loop.call_soon_threadsafe`` per event loop.  A wait's timeout is
+its loop's timer; cancelling the await withdraws the future.  2,000
+pending waits on one record are one thread, not 2,000.
 
 The watcher runs no code of its callers: the C layer hands over every
 argument converted (seq a plain int, the timeout None or seconds as a
@@ -22,15 +23,26 @@ called is left unanswered, and the others are answered all the same.
 Whatever goes wrong inside the watcher, it first unregisters its watch:
 the next wait_async on the owner starts a new one.
 
+A watch holds its owner only while a wait is pending.  Once the last is
+answered (or withdrawn) it lets go of the owner, before the answers
+reach their loops, and the watcher stays asleep on the owner's count for
+the next wait_async, up to ``_STAY`` seconds or ``_STAY_WRITES`` writes:
+a consumer that awaits in a loop then only leaves its future, no thread
+is handed anything (handing each wait to a lingering thread cost a
+wake-up of it, 30-60 us of CPU, per wake; starting one, 200-450 us).
+That sleep holds no reference (``_WeakWaiter``, src/_seqlock/unheld.h):
+the owner's deallocation wakes it and waits the few microseconds it takes
+to leave, so the last ``del`` of a record still releases its buffer at
+once (``SharedMemory.close()`` right after it works).  A watch whose
+stay ended lets its thread linger, holding nothing, for ``_LINGER``
+seconds for another owner's first wait.  A wait registered after the
+watcher woke is answered only by a count read after it (``fresh``, then
+``pending``): the count the sleep ended at may be older than its seq.
+
 The watcher is not a daemon thread (an isolated subinterpreter refuses
-those).  Once nothing is pending it lets go of the owner before the last
-answers reach their loops (so the buffer can be released at once, as
-``SharedMemory.close()`` needs), then lingers for ``_LINGER`` seconds,
-holding nothing, for the next owner to watch: a consumer that awaits in
-a loop is served by one thread, where starting one per wake-up cost
-200-450 us of CPU a wake.  At interpreter shutdown every watcher is
-stopped and its waits answered False before threads are joined, so none
-holds the exit up; a fork's child starts its own.
+those).  At interpreter shutdown every watcher is stopped and its waits
+answered False before threads are joined, so none holds the exit up; a
+fork's child starts its own.
 """
 
 from __future__ import annotations
@@ -444,7 +456,8 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
                 waiter = watch.waiter
             let_go = None  # outside _lock: its deallocation may run code
             _deliver(answers, True)
-            _deliver(naps_over, False)
+            if naps_over:
+                _deliver(naps_over, False)
             # Wakes when a write ends after seq (odd: the open section's
             # end), when cancelled (the last wait left, shutdown), when the
             # owner is closed or freed (ValueError), or at timeout.

@@ -37,8 +37,18 @@ wait_args(const char *name, const char *format, PyObject *args,
 {
     static char *keywords[] = {"seq", "timeout", NULL};
     PyObject *seq_obj, *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &seq_obj,
-                                     &timeout)) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if ((kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) && nargs >= 1
+        && nargs <= 2) {
+        /* The usual call, by position: no format to interpret (a consumer
+         * that awaits in a loop makes one per wake-up). */
+        seq_obj = PyTuple_GET_ITEM(args, 0);
+        if (nargs == 2) {
+            timeout = PyTuple_GET_ITEM(args, 1);
+        }
+    }
+    else if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords,
+                                          &seq_obj, &timeout)) {
         return -1;
     }
     if (sequence_from_object(name, seq_obj, seq) < 0) {
