@@ -136,7 +136,8 @@ class _Watch:
         self.until: float | None = None  # none pending: when the watch ends
         self.idle_writes = 0  # writes the watcher woke for, none pending
         #: with waits pending, the watcher sleeps at most this long, then
-        #: answers False those that waited all along (they look again)
+        #: answers False those that waited all along (they look again): the
+        #: nap of the wait that made the watch (a ring's waits all take one)
         self.nap: float | None = None
 
 
@@ -238,11 +239,12 @@ def _time_out(answer: asyncio.Future[bool]) -> None:
 
 def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool],
               nap: float | None = None) -> bool:
-    """Leave answer with owner's watch (starting its watcher if it has
-    none); False if a write has ended since seq after all.  The look and
-    the registration are one step under _lock, as the watcher's look at
-    the count and its answers are: a write either is seen here or is seen
-    by the watcher after this registration."""
+    """Leave answer with owner's watch, made now if it has none (with the
+    wait's nap), starting its watcher if it has none; False if a write has
+    ended since seq after all.  The look and the registration are one step
+    under _lock, as the watcher's look at the count and its answers are: a
+    write either is seen here or is seen by the watcher after this
+    registration."""
     global _stop_at_exit_registered
     with _lock:
         if owner._news_since(seq):
@@ -261,14 +263,13 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
         if watch is None or not watch.waiter.is_for(owner):
             # None, or a freed owner's whose watcher has not left yet.
             watch = _watches[id(owner)] = _Watch(owner)
+            watch.nap = nap
         elif not watch.pending and not watch.fresh:
             # Its watcher stays asleep on the owner: no hand-over to a
             # thread, only the owner held again.
             watch.owner = owner
             watch.until = None
         watch.fresh[id(answer)] = (seq, loop, answer)
-        if nap is not None and (watch.nap is None or nap < watch.nap):
-            watch.nap = nap
         if watch.thread is None:
             try:
                 _start_watcher(watch)
@@ -427,8 +428,16 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
                     if count % 2 == 0:
                         if watch.pending:
                             _take(watch.pending, count, answers)
-                        if watch.fresh:
-                            _take(watch.fresh, count, answers)
+                        fresh = watch.fresh
+                        if len(fresh) == 1 and not answers:
+                            # The usual case, one task awaiting in a loop:
+                            # _take() inline (on 3.13t a call costs as much).
+                            (since, loop, answer), = fresh.values()
+                            if since != count:
+                                answers[id(loop)] = (loop, [answer])
+                                fresh.clear()
+                        elif fresh:
+                            _take(fresh, count, answers)
                     if watch.fresh:  # pending from now: the sleep comes after them
                         watch.pending.update(watch.fresh)
                         watch.fresh.clear()
@@ -455,7 +464,11 @@ def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bo
                     nap_ends = time.monotonic() + timeout
                 waiter = watch.waiter
             let_go = None  # outside _lock: its deallocation may run code
-            _deliver(answers, True)
+            for loop, futures in answers.values():  # _deliver(answers, True), inline
+                try:
+                    loop.call_soon_threadsafe(_settle_futures, futures, True)
+                except Exception:
+                    pass  # as _deliver()
             if naps_over:
                 _deliver(naps_over, False)
             # Wakes when a write ends after seq (odd: the open section's

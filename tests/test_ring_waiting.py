@@ -213,7 +213,7 @@ ring.append(n=1)  # answered, to a closed loop: the task is now garbage
 deadline = time.monotonic() + 10
 while _news._pending_waits(ring) and time.monotonic() < deadline:
     time.sleep(0.01)
-with _news._lock:  # as inside _register()'s allocations
+with _news._lock:  # as inside a registration's allocations
     gc.collect()
 print("collected", flush=True)
 # Not the interpreter's exit: CPython 3.13.15t spends 20 s in it after any
@@ -227,7 +227,7 @@ def test_a_wait_async_finalised_by_the_gc_under_the_watchers_lock_does_not_deadl
     """Failed (hostile review of issue 20): a wait_async() left pending on
     an event loop closed under it becomes garbage once an append answers
     it; when the garbage collector finalised its coroutine inside one of
-    _news's own sections (any allocation under _news._lock: _register()
+    _news's own sections (any allocation under _news._lock: a registration
     starting a watcher thread, on any thread), the coroutine's finally
     took _news._lock again and that thread hung for good, and every
     wait_async of the process after it (records' too)."""
