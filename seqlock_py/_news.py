@@ -29,7 +29,7 @@ reach their loops, and the watcher stays asleep on the owner's count for
 the next wait_async, up to ``_STAY`` seconds or ``_STAY_WRITES`` writes:
 a consumer that awaits in a loop then only leaves its future, no thread
 is handed anything (handing each wait to a lingering thread cost a
-wake-up of it, 30-60 us of CPU, per wake; starting one, 200-450 us).
+wake-up of it, 40-70 us of CPU, per wake; starting one, 200-450 us).
 That sleep holds no reference (``_WeakWaiter``, src/_seqlock/unheld.h):
 the owner's deallocation wakes it and waits the few microseconds it takes
 to leave, so the last ``del`` of a record still releases its buffer at
