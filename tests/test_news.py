@@ -629,10 +629,12 @@ def test_a_watcher_staying_on_a_shared_record_lets_its_buffer_go_with_the_record
     monkeypatch.setattr(_news, "_STAY", LONG)
     rec = shared_record.rec
     seq, _ = rec.read_versioned()
-    threading.Timer(0.05, rec.update, kwargs={"x": 1}).start()
+    writer = threading.Timer(0.05, rec.update, kwargs={"x": 1})
+    writer.start()
     assert asyncio.run(rec.wait_async(seq, LONG)) is True
     assert watched(rec)
-    del rec
+    writer.join()
+    del rec, writer  # (a Timer keeps its function, rec.update, for good)
     shared_record.close()  # as the fixture does
     shared_record.close = lambda: None
 
