@@ -260,6 +260,22 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
+def parse_cases(text: str) -> tuple[list[str], set[str]]:
+    """--cases: names separated by commas, where a name may hold a comma
+    itself ("asyncio, answered by a thread"); (cases, unknown names)."""
+    cases, unknown, rest = [], set(), text
+    while rest:
+        for case in sorted(CASES, key=len, reverse=True):
+            if rest == case or rest.startswith(case + ","):
+                cases.append(case)
+                rest = rest[len(case) + 1:]
+                break
+        else:
+            name, _, rest = rest.partition(",")
+            unknown.add(name)
+    return cases, unknown
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -282,8 +298,7 @@ def main(argv=None) -> int:
             sys.path.insert(0, os.environ[BUILD_ENV])
         print(json.dumps(child(args.child, args.writes, args.rate)))
         return 0
-    args.cases = list(CASES) if not args.cases else args.cases.split(",")
-    unknown = set(args.cases) - set(CASES)
+    args.cases, unknown = (list(CASES), set()) if not args.cases else parse_cases(args.cases)
     if unknown or args.writes < 1 or args.repeats < 1 or args.rate <= 0:
         parser.error(f"--writes and --repeats at least 1, --rate positive, --cases from {', '.join(CASES)}"
                      + (f" (not {', '.join(sorted(unknown))})" if unknown else ""))

@@ -3,15 +3,16 @@
 ``SeqLock`` and ``SeqRecord`` check their arguments in C and hand over
 to these functions; ``RingReader.wait_async()`` waits here on its ring
 (``seqlock_py._ring``).  An owner is anything with ``_news_sequence``
-(its lock's count), ``_news_wait(seq, timeout)`` and ``_waiter()``.  ``wait()`` sleeps on the lock's sequence word (a
+(its lock's count), ``_news_since(seq)`` (``wait(seq, 0)``) and
+``_weak_waiter()``.  ``wait()`` sleeps on the lock's sequence word (a
 futex) with the GIL released; an event loop cannot.  So every awaited
 wait on one lock or record, from any event loop of this process, leaves
 its future with that owner's watch, and one watcher thread per owner
-sleeps on the futex for all of them (``_Waiter.next()``, naps of 1 s):
-after each write it answers every future the write concerns, with one
-``loop.call_soon_threadsafe`` per event loop.  A wait's timeout is its
-loop's timer; cancelling the await withdraws the future.  2,000 pending
-waits on one record are one thread, not 2,000.
+sleeps on the futex for all of them (``_WeakWaiter.next()``, naps of
+1 s): after each write it answers every future the write concerns, with
+one ``loop.call_soon_threadsafe`` per event loop.  A wait's timeout is
+its loop's timer; cancelling the await withdraws the future.  2,000
+pending waits on one record are one thread, not 2,000.
 
 The watcher runs no code of its callers: the C layer hands over every
 argument converted (seq a plain int, the timeout None or seconds as a
@@ -22,15 +23,26 @@ called is left unanswered, and the others are answered all the same.
 Whatever goes wrong inside the watcher, it first unregisters its watch:
 the next wait_async on the owner starts a new one.
 
+A watch holds its owner only while a wait is pending.  Once the last is
+answered (or withdrawn) it lets go of the owner, before the answers
+reach their loops, and the watcher stays asleep on the owner's count for
+the next wait_async, up to ``_STAY`` seconds or ``_STAY_WRITES`` writes:
+a consumer that awaits in a loop then only leaves its future, no thread
+is handed anything (handing each wait to a lingering thread cost a
+wake-up of it, 40-70 us of CPU, per wake; starting one, 200-450 us).
+That sleep holds no reference (``_WeakWaiter``, src/_seqlock/unheld.h):
+the owner's deallocation wakes it and waits the few microseconds it takes
+to leave, so the last ``del`` of a record still releases its buffer at
+once (``SharedMemory.close()`` right after it works).  A watch whose
+stay ended lets its thread linger, holding nothing, for ``_LINGER``
+seconds for another owner's first wait.  A wait registered after the
+watcher woke is answered only by a count read after it (``fresh``, then
+``pending``): the count the sleep ended at may be older than its seq.
+
 The watcher is not a daemon thread (an isolated subinterpreter refuses
-those).  Once nothing is pending it lets go of the owner before the last
-answers reach their loops (so the buffer can be released at once, as
-``SharedMemory.close()`` needs), then lingers for ``_LINGER`` seconds,
-holding nothing, for the next owner to watch: a consumer that awaits in
-a loop is served by one thread, where starting one per wake-up cost
-200-450 us of CPU a wake.  At interpreter shutdown every watcher is
-stopped and its waits answered False before threads are joined, so none
-holds the exit up; a fork's child starts its own.
+those).  At interpreter shutdown every watcher is stopped and its waits
+answered False before threads are joined, so none holds the exit up; a
+fork's child starts its own.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -92,22 +105,40 @@ def _changes(record: Any, timeout: float | None) -> Generator[tuple[int, tuple[A
 
 # ---- wait_async: one watcher thread per lock or record ----
 
+#: A watch's futures: id(future) -> (seq, loop, future), by id so that no
+#: caller's __hash__ or __eq__ runs in the watcher.
+_Waits = dict[int, tuple[int, "asyncio.AbstractEventLoop", "asyncio.Future[bool]"]]
+#: Futures to answer: id(loop) -> (loop, futures).
+_Answers = dict[int, tuple["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]]
+
+
 class _Watch:
     """The pending awaited waits on one owner, and the thread that sleeps
     for them.  Every field is guarded by _lock."""
 
-    __slots__ = ("owner", "waiter", "thread", "pending", "count", "kicked", "ended")
+    __slots__ = ("key", "owner", "waiter", "thread", "pending", "fresh", "until", "idle_writes", "nap")
 
     def __init__(self, owner: Any) -> None:
-        self.owner = owner  # kept alive while a wait is pending (None once left)
-        self.waiter = owner._waiter(0, None)  # the watcher's sleeps; cancel() wakes it
+        self.key = id(owner)  # in _watches
+        #: the owner while a wait is pending; None while none is (the
+        #: watcher may stay asleep on it then, holding nothing)
+        self.owner: Any = owner
+        #: the watcher's sleeps: no reference to the owner (its
+        #: deallocation wakes them and waits for them to leave); cancel()
+        #: makes the watcher look once
+        self.waiter = owner._weak_waiter()
         self.thread: threading.Thread | None = None
-        #: seq -> id(loop) -> (loop, id(future) -> future): the futures
-        #: waiting for a write since seq (by id: no caller's __eq__ runs)
-        self.pending: dict[int, _Waits] = {}
-        self.count = 0  # futures in pending
-        self.kicked = False  # waiter cancelled to make the watcher look
-        self.ended = False  # the owner was closed: the watcher just leaves
+        #: the futures registered before the watcher's sleep began, so
+        #: that the count it wakes at is newer than theirs ...
+        self.pending: _Waits = {}
+        #: ... and since: only a count read after them answers them
+        self.fresh: _Waits = {}
+        self.until: float | None = None  # none pending: when the watch ends
+        self.idle_writes = 0  # writes the watcher woke for, none pending
+        #: with waits pending, the watcher sleeps at most this long, then
+        #: answers False those that waited all along (they look again): the
+        #: nap of the wait that made the watch (a ring's waits all take one)
+        self.nap: float | None = None
 
 
 class _Watcher:
@@ -123,60 +154,73 @@ class _Watcher:
         self.wake = threading.Lock()
 
 
+#: How long, and for how many writes, a watcher whose last wait has been
+#: answered stays asleep on its owner (holding nothing) for the next
+#: wait_async, before its watch ends.
+_STAY = 0.05
+_STAY_WRITES = 16
 #: How long a watcher with nothing to watch waits for another owner's
 #: first wait_async before its thread ends, in seconds.
 _LINGER = 10.0
-#: A watcher thread's name while it serves an owner, and while it lingers.
+#: A watcher thread's name while it watches an owner (its waits pending,
+#: or staying for the next), and while it lingers between owners.  Not
+#: renamed per wake-up: a name costs a Python call to set.
 _SERVING = "seqlock_py wait_async"
 _LINGERING = "seqlock_py wait_async (lingering)"
 
 _lock = threading.Lock()
-#: The watch of each owner with a watcher, by id(owner) (a watch keeps its
-#: owner alive, so the id stays the owner's).
+#: The watch of each owner with a watcher, by id(owner).  A watch holds
+#: its owner only while a wait is pending: one whose owner was freed
+#: stays here until its watcher leaves (waiter.is_for() tells it from the
+#: watch of a new object with the same id).
 _watches: dict[int, _Watch] = {}
 #: Watchers lingering, the last to start lingering last.
 _idle: list[_Watcher] = []
 _stopping = False  # the interpreter shuts down: no new watcher
 _stop_at_exit_registered = False
 
-#: A watch's futures of one seq: id(loop) -> (loop, id(future) -> future).
-_Waits = dict[int, tuple["asyncio.AbstractEventLoop", dict[int, "asyncio.Future[bool]"]]]
-#: Futures to answer: id(loop) -> (loop, futures).
-_Answers = dict[int, tuple["asyncio.AbstractEventLoop", list["asyncio.Future[bool]"]]]
 
-
-async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
+async def wait_async(owner: Any, seq: int, timeout: float | None, nap: float | None = None) -> bool:
     """owner.wait(seq, timeout), awaited: the owner's watcher answers.
     seq is a plain int and timeout None or a float (converted by the C
     layer): the watcher compares and hashes seq, and must run no caller's
-    code."""
+    code.  nap: the watcher answers False once the wait has lasted a whole
+    nap of that many seconds (of its own, no timer of the loop's) without
+    news, so that the caller looks again (a ring's reader: _ring)."""
+    global _running_loop
     if type(seq) is not int:
         raise TypeError(f"seq must be converted to a plain int first, not {type(seq).__name__}")
-    if owner._news_wait(seq, 0):
+    if owner._news_since(seq):
         return True
     if timeout == 0:
         return False
-    import asyncio  # here: changes() alone should not import asyncio
+    if _running_loop is None:
+        import asyncio  # here: changes() alone should not import asyncio
 
-    loop = asyncio.get_running_loop()
+        _running_loop = asyncio.get_running_loop
+    loop = _running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
-    if not _register(owner, seq, loop, answer):
+    if not _register(owner, seq, loop, answer, nap):
         return True  # a write ended meanwhile
     timer = None if timeout is None else loop.call_later(timeout, _time_out, answer)
     closed = False
+    woken = False
     try:
-        return await answer
+        woken = await answer
+        return woken
     except GeneratorExit:
         closed = True
         raise
     finally:
         if timer is not None:
             timer.cancel()
-        if not closed:
-            _withdraw(owner, seq, loop, answer)
+        if woken:
+            pass  # the watcher took it out to answer it: nothing to withdraw
+        elif not closed:
+            _withdraw(owner, answer)
         elif _lock.acquire(blocking=False):
             _lock.release()
-            _withdraw(owner, seq, loop, answer)
+            _withdraw(owner, answer)
         # Else closed never resumed (its loop gone), by the garbage
         # collector (answered already: garbage) inside a section of _lock,
         # maybe this thread's: waiting for _lock could be waiting for
@@ -184,20 +228,26 @@ async def wait_async(owner: Any, seq: int, timeout: float | None) -> bool:
         # next write, to a loop nobody runs.
 
 
+#: asyncio.get_running_loop, once asyncio is imported (by the first wait_async).
+_running_loop: Any = None
+
+
 def _time_out(answer: asyncio.Future[bool]) -> None:
     if not answer.done():
         answer.set_result(False)
 
 
-def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
-    """Leave answer with owner's watch (starting its watcher if it has
-    none); False if a write has ended since seq after all.  The look and
-    the registration are one step under _lock, as the watcher's look at
-    the count and its answers are: a write either is seen here or wakes
-    the watcher after this registration."""
+def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool],
+              nap: float | None = None) -> bool:
+    """Leave answer with owner's watch, made now if it has none (with the
+    wait's nap), starting its watcher if it has none; False if a write has
+    ended since seq after all.  The look and the registration are one step
+    under _lock, as the watcher's look at the count and its answers are: a
+    write either is seen here or is seen by the watcher after this
+    registration."""
     global _stop_at_exit_registered
     with _lock:
-        if owner._news_wait(seq, 0):
+        if owner._news_since(seq):
             return False
         if _stopping:
             raise RuntimeError("can't wait_async at interpreter shutdown")
@@ -210,21 +260,24 @@ def _register(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asy
                 raise RuntimeError("can't wait_async at interpreter shutdown") from None
             _stop_at_exit_registered = True
         watch = _watches.get(id(owner))
-        if watch is None:
+        if watch is None or not watch.waiter.is_for(owner):
+            # None, or a freed owner's whose watcher has not left yet.
             watch = _watches[id(owner)] = _Watch(owner)
-        by_loop = watch.pending.setdefault(seq, {})
-        waits = by_loop.get(id(loop))
-        if waits is None:
-            waits = by_loop[id(loop)] = (loop, {})
-        waits[1][id(answer)] = answer
-        watch.count += 1
+            watch.nap = nap
+        elif not watch.pending and not watch.fresh:
+            # Its watcher stays asleep on the owner: no hand-over to a
+            # thread, only the owner held again.
+            watch.owner = owner
+            watch.until = None
+        watch.fresh[id(answer)] = (seq, loop, answer)
         if watch.thread is None:
             try:
                 _start_watcher(watch)
             except BaseException:
-                _discard(watch, seq, loop, answer)
-                if watch.count == 0:
-                    del _watches[id(owner)]
+                _discard(watch, answer)
+                if not watch.pending and not watch.fresh:
+                    _unregister(watch)
+                    watch.owner = None  # the caller holds it: not the last
                 raise
     return True
 
@@ -255,10 +308,8 @@ def _serve(watcher: _Watcher) -> None:
     watch = watcher.watch
     try:
         while watch is not None:
-            _watch(watch, watcher)
-            with _lock:
-                if watcher.watch is watch:
-                    return  # stopped, or its clean-up failed: no lingering
+            if not _watch(watch, watcher):
+                return  # stopped: no lingering
             # Lingering (listed as idle since its watch ended, so that a
             # wait_async made as its last answers land finds it), or given
             # a watch already, or stopped (its watch None).
@@ -281,138 +332,205 @@ def _serve(watcher: _Watcher) -> None:
         raise
 
 
-def _withdraw(owner: Any, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> None:
+def _withdraw(owner: Any, answer: asyncio.Future[bool]) -> None:
     """Forget answer (timed out, cancelled, or already answered: then a
-    no-op); the last one gone, the watcher is woken to leave."""
+    no-op); the last one gone, the watch lets go of the owner, and the
+    watcher is woken to begin its stay."""
     with _lock:
         watch = _watches.get(id(owner))
-        if watch is None or not _discard(watch, seq, loop, answer):
+        if watch is None or not _discard(watch, answer) or watch.pending or watch.fresh:
             return
-        if watch.count == 0 and not watch.kicked:
-            watch.kicked = True
-            watch.waiter.cancel()
+        watch.owner = None  # the caller holds it: not the last reference
+        watch.waiter.cancel()
 
 
-def _discard(watch: _Watch, seq: int, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[bool]) -> bool:
-    by_loop = watch.pending.get(seq)
-    if by_loop is None:
-        return False
-    waits = by_loop.get(id(loop))
+def _discard(watch: _Watch, answer: asyncio.Future[bool]) -> bool:
     # answer is alive (the caller holds it), so no other future has its id.
-    if waits is None or waits[1].pop(id(answer), None) is None:
-        return False
-    watch.count -= 1
-    if not waits[1]:
-        del by_loop[id(loop)]
-        if not by_loop:
-            del watch.pending[seq]
-    return True
+    key = id(answer)
+    return watch.fresh.pop(key, None) is not None or watch.pending.pop(key, None) is not None
 
 
-def _take(watch: _Watch, keep: int | None) -> _Answers:
-    """Remove and return, by loop, the futures of every seq but keep."""
-    taken: _Answers = {}
-    for seq in [seq for seq in watch.pending if seq != keep]:
-        by_loop = watch.pending.pop(seq)
-        for key, (loop, futures) in by_loop.items():
-            taken.setdefault(key, (loop, []))[1].extend(futures.values())
-            watch.count -= len(futures)
-    return taken
+def _take(waits: _Waits, keep: int | None, into: _Answers) -> None:
+    """Move into `into`, by loop, the futures of waits (a watch's pending
+    or fresh) but those waiting since keep."""
+    kept = None
+    for key, entry in waits.items():
+        seq, loop, answer = entry
+        if seq == keep:
+            if kept is None:
+                kept = {}
+            kept[key] = entry
+            continue
+        batch = into.get(id(loop))
+        if batch is None:
+            into[id(loop)] = (loop, [answer])
+        else:
+            batch[1].append(answer)
+    waits.clear()
+    if kept is not None:
+        waits.update(kept)
 
 
-def _watch(watch: _Watch, watcher: _Watcher) -> None:
-    """Serve watch: sleep on the owner's count for every pending wait,
-    answer those each write concerns, leave when none is left (then, as
-    the watch ends, the watcher lingers unless the interpreter shuts
-    down)."""
+def _watch(watch: _Watch, watcher: _Watcher) -> bool:
+    """Serve watch until it ends; True if the watcher then lingers (it is
+    listed as idle), False if it stops (the interpreter shuts down)."""
     try:
-        answers, outcome = _watch_until_none_is_left(watch, watcher)
+        answers, outcome, owner, lingers = _watch_until_it_ends(watch, watcher)
     except BaseException as exc:
         # Its own clean-up failed: leave no dead watch, answer what can
         # be answered, and let threading.excepthook report the failure.
         with _lock:
-            _unregister(watch)
-            answers = _take(watch, None)
+            answers, owner = _end_watch(watch)
+        owner = None
         _deliver(answers, exc.with_traceback(None))
         raise
-    # Nothing here holds the owner any more, so the tasks answered last
-    # may release its buffer at once (SharedMemory.close()).
+    # Let go of the owner outside _lock (its deallocation may run code),
+    # before the answers land: the tasks answered last may then release
+    # its buffer at once (SharedMemory.close()).
+    owner = None
     _deliver(answers, outcome)
+    return lingers
 
 
-def _watch_until_none_is_left(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bool | BaseException]:
-    """The watcher's loop; returns what is still pending when it leaves,
-    and the answer they get, having let go of the owner."""
+def _watch_until_it_ends(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, bool | BaseException, Any, bool]:
+    """The watcher's loop.  After each write it answers the waits the
+    write concerns; with none left it lets go of the owner and stays
+    asleep on it (the waiter holds nothing) for the next wait_async, up to
+    _STAY seconds or _STAY_WRITES writes, or until the owner is freed.
+    Returns what is still pending as the watch ends, the answer it gets,
+    the owner to let go of (outside _lock) and whether it lingers."""
+    seq = 0  # the count the watcher sleeps after (a wait pends first)
     now: int | None = None  # the count the last sleep ended at
+    nap_ends: float | None = None  # when the last sleep's nap (watch.nap) ended
+    let_go: Any = None
+    answers: _Answers = {}
+    naps_over: _Answers = {}
     try:
         while True:
+            answers = {}
+            naps_over = {}
             with _lock:
-                if watch.ended:  # the owner was closed: nothing pending
-                    return {}, True
                 if _stopping:
-                    return _end_watch(watch), False
-                if watch.kicked:
-                    watch.kicked = False
-                    watch.waiter = watch.owner._waiter(0, None)
-                # The waits for any state but the newest committed one are
-                # answered: a write has ended since theirs.
-                answers = _take(watch, now) if now is not None else {}
-                seq = watch.owner._news_sequence
-                if seq % 2 == 0:
-                    _merge(answers, _take(watch, seq))
+                    answers, owner, lingers = _retire(watch, watcher)
+                    return answers, False, owner, lingers
+                if now is not None:
+                    seq = now
+                    if watch.pending:  # registered before it: a write ended since theirs
+                        _take(watch.pending, now, answers)
+                elif nap_ends is not None and watch.pending and time.monotonic() >= nap_ends:
+                    # A whole nap with no news: they look again (answered
+                    # False), before those registered since join them.
+                    _take(watch.pending, None, naps_over)
+                if watch.pending or watch.fresh:
+                    # The waits for any state but the newest committed one
+                    # are answered: a write has ended since theirs.
+                    count = watch.owner._news_sequence
+                    if count % 2 == 0:
+                        if watch.pending:
+                            _take(watch.pending, count, answers)
+                        fresh = watch.fresh
+                        if len(fresh) == 1 and not answers:
+                            # The usual case, one task awaiting in a loop:
+                            # _take() inline (on 3.13t a call costs as much).
+                            (since, loop, answer), = fresh.values()
+                            if since != count:
+                                answers[id(loop)] = (loop, [answer])
+                                fresh.clear()
+                        elif fresh:
+                            _take(fresh, count, answers)
+                    if watch.fresh:  # pending from now: the sleep comes after them
+                        watch.pending.update(watch.fresh)
+                        watch.fresh.clear()
+                    seq = count  # odd: until the open section's end
+                timeout = None
                 if not watch.pending:
-                    _end_watch(watch)
-                    watcher.watch = None
-                    if watcher.thread is not None:
-                        watcher.thread.name = _LINGERING
-                    _idle.append(watcher)  # before the answers land
-                    return answers, True
+                    if watch.owner is not None:  # answered the last
+                        let_go, watch.owner = watch.owner, None
+                    if watch.until is None:
+                        timeout = _STAY
+                        watch.until = time.monotonic() + timeout
+                        watch.idle_writes = 0
+                    else:
+                        timeout = watch.until - time.monotonic()
+                        if now is not None:
+                            watch.idle_writes += 1
+                    if timeout <= 0 or watch.idle_writes > _STAY_WRITES:
+                        _, owner, lingers = _retire(watch, watcher)
+                        _deliver(naps_over, False)
+                        return answers, True, let_go, lingers
+                    nap_ends = None
+                elif watch.nap is not None:
+                    timeout = watch.nap
+                    nap_ends = time.monotonic() + timeout
                 waiter = watch.waiter
-            _deliver(answers, True)
+            let_go = None  # outside _lock: its deallocation may run code
+            for loop, futures in answers.values():  # _deliver(answers, True), inline
+                try:
+                    loop.call_soon_threadsafe(_settle_futures, futures, True)
+                except Exception:
+                    pass  # as _deliver()
+            if naps_over:
+                _deliver(naps_over, False)
             # Wakes when a write ends after seq (odd: the open section's
-            # end), or when cancelled (the last wait left, shutdown).
-            now = waiter.next(seq)
+            # end), when cancelled (the last wait left, shutdown), when the
+            # owner is closed or freed (ValueError), or at timeout.
+            now = waiter.next(seq, timeout)
     except BaseException as exc:  # the owner's error is every waiter's
+        let_go = None
+        _deliver(answers, True)  # those taken before it was raised
+        _deliver(naps_over, False)
         with _lock:
-            answers = {} if watch.ended else _end_watch(watch)
-        return answers, exc.with_traceback(None)  # (its frames hold the owner)
+            answers, owner, lingers = _retire(watch, watcher)
+        return answers, exc.with_traceback(None), owner, lingers  # (its frames hold the owner)
 
 
-def _end_watch(watch: _Watch) -> _Answers:
-    """Under _lock: the watcher leaves; return what was still pending.
-    The watch lets go of its owner (the next wait starts a new one): that
-    first, so that nothing failing after it leaves a watch nobody
-    watches."""
+def _retire(watch: _Watch, watcher: _Watcher) -> tuple[_Answers, Any, bool]:
+    """Under _lock: the watch ends (_end_watch()); the watcher lingers
+    unless the interpreter shuts down (listed as idle before the last
+    answers land, so that a wait_async they make finds it)."""
+    answers, owner = _end_watch(watch)
+    if _stopping:
+        return answers, owner, False
+    watcher.watch = None
+    if watcher.thread is not None:
+        watcher.thread.name = _LINGERING
+    _idle.append(watcher)
+    return answers, owner, True
+
+
+def _end_watch(watch: _Watch) -> tuple[_Answers, Any]:
+    """Under _lock: the watcher leaves; return what was still pending and
+    the owner, which the caller lets go of outside _lock.  The watch is
+    nobody's first (the next wait starts a new one), so that nothing
+    failing after it leaves a watch nobody watches."""
     _unregister(watch)
-    return _take(watch, None)
+    answers: _Answers = {}
+    _take(watch.pending, None, answers)
+    _take(watch.fresh, None, answers)
+    owner, watch.owner = watch.owner, None
+    return answers, owner
 
 
 def _unregister(watch: _Watch) -> None:
     """Under _lock: the watch has no watcher and is no owner's any more
     (the next wait_async on its owner starts a new one).  Cannot fail."""
     watch.thread = None
-    if watch.owner is not None and _watches.get(id(watch.owner)) is watch:
-        del _watches[id(watch.owner)]
-    watch.owner = watch.waiter = None
-
-
-def _merge(into: _Answers, more: _Answers) -> None:
-    for key, (loop, futures) in more.items():
-        into.setdefault(key, (loop, []))[1].extend(futures)
+    if _watches.get(watch.key) is watch:
+        del _watches[watch.key]
 
 
 def _deliver(answers: _Answers, outcome: bool | BaseException) -> None:
     """One call_soon_threadsafe per loop: its futures get outcome."""
     for loop, futures in answers.values():
         try:
-            loop.call_soon_threadsafe(_settle, futures, outcome)
+            loop.call_soon_threadsafe(_settle_futures, futures, outcome)
         except Exception:
             # Closed (RuntimeError: nobody awaits any more), or a loop
             # that cannot be called: the others are answered all the same.
             pass
 
 
-def _settle(futures: list[asyncio.Future[bool]], outcome: bool | BaseException) -> None:
+def _settle_futures(futures: list[asyncio.Future[bool]], outcome: bool | BaseException) -> None:
     for answer in futures:
         if answer.done():  # cancelled or timed out meanwhile
             continue
@@ -455,9 +573,7 @@ def _forget_watchers_in_child() -> None:
     _idle.clear()  # their threads are the parent's
     for key, watch in list(_watches.items()):
         watch.thread = None
-        watch.kicked = False
-        watch.waiter = watch.owner._waiter(0, None)
-        if not watch.count:
+        if not watch.pending and not watch.fresh:
             del _watches[key]
             continue
         try:
@@ -471,9 +587,11 @@ def _pending_waits(owner: Any = None) -> int:
     for tests."""
     with _lock:
         if owner is None:
-            return sum(watch.count for watch in _watches.values())
+            return sum(len(watch.pending) + len(watch.fresh) for watch in _watches.values())
         watch = _watches.get(id(owner))
-        return 0 if watch is None else watch.count
+        if watch is None or not watch.waiter.is_for(owner):
+            return 0
+        return len(watch.pending) + len(watch.fresh)
 
 
 if hasattr(os, "register_at_fork"):

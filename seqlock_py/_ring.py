@@ -7,9 +7,13 @@ on it, whatever their readers and event loops, and answers them after
 each append.  The count is read before the reader looks for an entry, so
 an append that ends after the look moves it and answers the wait.
 
-Each wait for news lasts at most _NAP seconds before the reader looks
-again: a writer that died after publishing its entry but before closing
-its section moved the head without moving the count.  At interpreter
+Each wait for news lasts at most about _NAP seconds before the reader
+looks again: a writer that died after publishing its entry but before
+closing its section moved the head without moving the count.  The
+watcher answers such a wait False after a whole nap of its own with no
+news (no timer of the event loop's per wait: it cost about a tenth of a
+wake-up); a wait registered during a nap is answered at the end of the
+next, so a reader looks again within two naps.  At interpreter
 shutdown the watcher answers False, and so does the reader's wait, as a
 record's does (looking again would raise RuntimeError).
 """
@@ -28,22 +32,20 @@ async def wait_async(reader: Any, timeout: float | None) -> bool:
     """reader.wait(timeout), awaited.  timeout is None or seconds as a
     float, converted by the C layer with wait()'s converter: -1 and a
     Decimal mean here what they mean to wait()."""
-    if reader.wait(0):
-        return True
-    if timeout == 0:
-        return False
     ring = reader.ring
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if not timeout else time.monotonic() + timeout
     while True:
+        # The count first: an append that ends after the look moves it.
         count = ring._news_sequence
         if reader.wait(0):
             return True
         if deadline is None:
-            piece = _NAP
+            if timeout == 0:
+                return False
+            left = None
         else:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            piece = min(_NAP, left)
-        if not await _news.wait_async(ring, count, piece) and _news._stopping:
+        if not await _news.wait_async(ring, count, left, _NAP) and _news._stopping:
             return False  # the interpreter shuts down: as a record's wait

@@ -14,6 +14,7 @@ import signal
 import struct
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 
@@ -559,6 +560,114 @@ def test_a_loop_of_wait_async_is_served_by_one_watcher_thread(subject, monkeypat
     assert len(started) <= 1  # none if a watcher lingered from an earlier test
 
 
+def test_a_loop_of_wait_async_hands_no_wait_over_to_a_thread_after_the_first(subject, monkeypatch):
+    """After each answer the watcher stays asleep on the owner, so the
+    next wait_async only leaves its future: the first wait is handed to a
+    thread (started, or lingering), the other 299 to none (each used to
+    wake a lingering thread: 30-60 us of CPU per wake-up)."""
+    asked = []
+    writer = answer_each_wait(subject, asked, 300)
+    handed = []
+    start_watcher = _news._start_watcher
+    monkeypatch.setattr(_news, "_start_watcher", lambda watch: handed.append(watch) or start_watcher(watch))
+    monkeypatch.setattr(_news, "_STAY", LONG)  # however slow this machine is
+
+    async def main():
+        seq, woken = subject.read_versioned()[0], 0
+        for _ in range(300):
+            asked.append(seq)
+            woken += await subject.obj.wait_async(seq, LONG)
+            seq = subject.read_versioned()[0]
+        return woken
+
+    assert asyncio.run(main()) == 300
+    writer.join(LONG)
+    assert len(handed) == 1
+
+
+def freed_without_a_collection(ref):
+    """Whether ref's object is freed with its last reference, no garbage
+    collection run.  At once with the GIL; on a free-threaded build, when
+    another thread (the watcher) dropped a reference, the owning thread
+    merges the counts at its next eval-breaker check (biased reference
+    counting): a few bytecodes later."""
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return ref() is None
+    deadline = time.monotonic() + WOKEN
+    while ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return ref() is None
+
+
+def watched(owner):
+    """Whether owner has a watch (its watcher serves or stays on it)."""
+    with _news._lock:
+        watch = _news._watches.get(id(owner))
+        return watch is not None and watch.waiter.is_for(owner)
+
+
+def test_a_watcher_staying_on_its_owner_holds_nothing_of_it(subject, monkeypatch):
+    """Answered, the watcher stays asleep on the owner's count, holding
+    no reference: the last del frees the owner at once (no collection),
+    and the watcher, woken by the deallocation, lingers."""
+    import weakref
+    monkeypatch.setattr(_news, "_STAY", LONG)
+    seq, _ = subject.read_versioned()
+    threading.Timer(0.05, subject.write, args=(1,)).start()
+    assert asyncio.run(subject.obj.wait_async(seq, LONG)) is True
+    assert watched(subject.obj) and len(waiter_threads()) == 1
+    owner = weakref.ref(subject.obj)
+    subject.obj = None
+    assert freed_without_a_collection(owner)
+    assert no_waiter_thread_left(WOKEN)
+
+
+def test_a_watcher_staying_on_a_shared_record_lets_its_buffer_go_with_the_record(shared_record, monkeypatch):
+    """The fixture's close() drops the record and closes the memory right
+    after asyncio.run(): its export is released by then (BufferError
+    otherwise), although the watcher stays asleep on its count."""
+    monkeypatch.setattr(_news, "_STAY", LONG)
+    rec = shared_record.rec
+    seq, _ = rec.read_versioned()
+    writer = threading.Timer(0.05, rec.update, kwargs={"x": 1})
+    writer.start()
+    assert asyncio.run(rec.wait_async(seq, LONG)) is True
+    assert watched(rec)
+    writer.join()
+    del rec, writer  # (a Timer keeps its function, rec.update, for good)
+    shared_record.close()  # as the fixture does
+    shared_record.close = lambda: None
+
+
+def test_a_watcher_stays_on_its_owner_for_a_while_only(subject, monkeypatch):
+    """With no wait pending for _STAY seconds, its watch ends: it lingers,
+    asleep on nothing, and no write wakes it."""
+    monkeypatch.setattr(_news, "_STAY", 0.05)
+    seq, _ = subject.read_versioned()
+    threading.Timer(0.05, subject.write, args=(1,)).start()
+    assert asyncio.run(subject.obj.wait_async(seq, LONG)) is True
+    assert watched(subject.obj)
+    deadline = time.monotonic() + LONG
+    while watched(subject.obj) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not watched(subject.obj)
+
+
+def test_a_watcher_leaves_its_owner_after_as_many_writes_with_no_wait_pending(subject, monkeypatch):
+    """A writer that goes on after the last consumer left wakes the
+    watcher staying on its owner _STAY_WRITES times at most."""
+    monkeypatch.setattr(_news, "_STAY", LONG)
+    seq, _ = subject.read_versioned()
+    threading.Timer(0.05, subject.write, args=(1,)).start()
+    assert asyncio.run(subject.obj.wait_async(seq, LONG)) is True
+    assert watched(subject.obj)
+    deadline = time.monotonic() + LONG
+    while watched(subject.obj) and time.monotonic() < deadline:
+        subject.write(2)
+        time.sleep(0.002)
+    assert not watched(subject.obj)
+
+
 def test_a_lingering_watcher_holds_nothing_of_its_last_owner(subject):
     import weakref
     seq, _ = subject.read_versioned()
@@ -584,28 +693,39 @@ def test_a_watcher_ends_once_it_has_lingered_long_enough(subject, monkeypatch):
     seq, _ = subject.read_versioned()
     threading.Timer(0.05, subject.write, args=(1,)).start()
     assert asyncio.run(subject.obj.wait_async(seq, LONG)) is True
-    deadline = time.monotonic() + LONG
-    while _news._idle and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not [t for t in threading.enumerate() if t.name == _news._LINGERING]
+    # Answered, it stays on the owner (_STAY), then lingers, then ends.
+    mine = waiter_threads()
+    assert len(mine) == 1
+    mine[0].join(LONG)
+    assert not mine[0].is_alive()
 
 
-LINGERING_AT_EXIT = """
-import asyncio, threading
+AT_EXIT = """
+import asyncio, sys, threading, time
 from seqlock_py import SeqRecord, _news
-_news._LINGER = 3600.0
+_news._LINGER = _news._STAY = 3600.0
+if sys.argv[1] == "lingering":
+    _news._STAY = 0.0
 rec = SeqRecord(x="q")
 threading.Timer(0.05, rec.update, kwargs={"x": 1}).start()
-print(asyncio.run(rec.wait_async(rec.sequence, 30)), len(_news._idle), flush=True)
+answer = asyncio.run(rec.wait_async(rec.sequence, 30))
+name = _news._SERVING if sys.argv[1] == "staying" else _news._LINGERING
+deadline = time.monotonic() + 30
+while not any(t.name == name for t in threading.enumerate()) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(answer, [t.name for t in threading.enumerate() if t.name.startswith("seqlock_py")], flush=True)
 """
 
 
-def test_a_lingering_watcher_does_not_hold_the_interpreter_exit_up():
-    """The watcher lingers for an hour here: exit stops it at once."""
-    with PythonProcess(LINGERING_AT_EXIT) as child:
+@pytest.mark.parametrize("phase", ["staying", "lingering"])
+def test_a_watcher_staying_or_lingering_does_not_hold_the_interpreter_exit_up(phase):
+    """The watcher stays on its owner, or lingers, for an hour here: exit
+    stops it at once."""
+    with PythonProcess(AT_EXIT, phase) as child:
         line = child.expect("True", timeout=30)
         code, out = child.finish(timeout=30)
-    assert line == "True 1", out
+    name = _news._SERVING if phase == "staying" else _news._LINGERING
+    assert line == f"True {[name]!r}", out
     assert code == 0, out
 
 

@@ -213,7 +213,7 @@ ring.append(n=1)  # answered, to a closed loop: the task is now garbage
 deadline = time.monotonic() + 10
 while _news._pending_waits(ring) and time.monotonic() < deadline:
     time.sleep(0.01)
-with _news._lock:  # as inside _register()'s allocations
+with _news._lock:  # as inside a registration's allocations
     gc.collect()
 print("collected", flush=True)
 # Not the interpreter's exit: CPython 3.13.15t spends 20 s in it after any
@@ -227,7 +227,7 @@ def test_a_wait_async_finalised_by_the_gc_under_the_watchers_lock_does_not_deadl
     """Failed (hostile review of issue 20): a wait_async() left pending on
     an event loop closed under it becomes garbage once an append answers
     it; when the garbage collector finalised its coroutine inside one of
-    _news's own sections (any allocation under _news._lock: _register()
+    _news's own sections (any allocation under _news._lock: a registration
     starting a watcher thread, on any thread), the coroutine's finally
     took _news._lock again and that thread hung for good, and every
     wait_async of the process after it (records' too)."""
@@ -374,8 +374,13 @@ def test_wait_async_storm_on_three_loops_with_cancels_and_timeouts_delivers_ever
 
 
 def test_a_loop_of_reader_wait_async_is_served_by_one_watcher_thread(monkeypatch):
-    """As a record's: the watcher lingers between wake-ups instead of a
-    thread starting per wake-up."""
+    """As a record's: the watcher stays on the ring between wake-ups, so
+    neither a thread starts nor a lingering one is handed the next wait
+    per wake-up (only the first wait is handed over)."""
+    monkeypatch.setattr(_news, "_STAY", LONG)  # however slow this machine is
+    handed = []
+    start_watcher = _news._start_watcher
+    monkeypatch.setattr(_news, "_start_watcher", lambda watch: handed.append(watch) or start_watcher(watch))
     ring = small_ring()
     reader = ring.reader()
     asked = []
@@ -402,3 +407,54 @@ def test_a_loop_of_reader_wait_async_is_served_by_one_watcher_thread(monkeypatch
     assert asyncio.run(main()) == list(range(300))
     appender.join(LONG)
     assert len(started) <= 1
+    assert len(handed) == 1
+
+
+def head_offset(capacity, **fields):
+    """Where a ring's head word lies in its buffer: the one word an
+    append turns from 0 to 1 (the count goes to 2, the entry's stamp to 2)."""
+    import struct
+
+    scratch = bytearray(SeqRing.buffer_size(capacity, **fields))
+    ring = SeqRing.create(scratch, capacity, **fields)
+    before = bytes(scratch)
+    ring.append(**{name: 7 for name in fields})
+    ring.close()
+    found = [off for off in range(0, len(scratch) - 7, 8)
+             if struct.unpack_from("<Q", before, off)[0] == 0 and struct.unpack_from("<Q", scratch, off)[0] == 1]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.timeout(60)
+def test_a_ring_wait_async_looks_again_after_a_nap_with_no_news(monkeypatch):
+    """A writer that died after storing head, before closing its section,
+    moved no count: no write wakes the watcher.  It answers the wait
+    False after a nap of its own (_ring._NAP), the reader looks again and
+    finds the entry; no timer of the event loop's is set per wait (one
+    per wait-up cost about a tenth of a wake-up)."""
+    import struct
+
+    from seqlock_py import _ring
+
+    monkeypatch.setattr(_ring, "_NAP", 0.05)
+    offset = head_offset(8, n="q")
+    buf = bytearray(SeqRing.buffer_size(8, n="q"))
+    ring = SeqRing.create(buf, 8, n="q")
+    reader = ring.reader()
+    timers = []
+    call_later = asyncio.BaseEventLoop.call_later
+    monkeypatch.setattr(asyncio.BaseEventLoop, "call_later",
+                        lambda loop, *args, **kwargs: timers.append(args) or call_later(loop, *args, **kwargs))
+
+    async def main():
+        waiting = asyncio.ensure_future(reader.wait_async())
+        await until(lambda: _news._pending_waits(ring) == 1)
+        count = ring._news_sequence
+        struct.pack_into("<Q", buf, offset, 1)  # head, as the dead writer left it
+        answer = await waiting
+        return answer, count == ring._news_sequence
+
+    assert asyncio.run(main()) == (True, True)
+    assert [args for args in timers if args[1] is _news._time_out] == []
+    ring.close()

@@ -531,3 +531,153 @@ def test_shared_memory_cannot_be_closed_under_a_waiter():
     finally:
         shm.close()
         shm.unlink()
+
+
+# ---- the watcher's sleep, which holds nothing --------------------------------
+
+
+def _writer(box, write):
+    """box["write"]: write() the owner box holds (no reference of its own)."""
+    return lambda: write(box["owner"])
+
+
+def _locked(lock):
+    with lock:
+        pass
+
+
+@pytest.fixture(params=["SeqLock", "SeqRecord", "SeqRing", "shared memory"])
+def weak_owner(request):
+    """A dict holding the owner (the test's only reference once it takes
+    it out), a write() and a cleanup() to call once it is gone; one of them
+    on shared memory, a buffer another object exports."""
+    from multiprocessing import shared_memory
+
+    from seqlock_py import SeqRing
+
+    box = {"cleanup": lambda: None}
+    if request.param == "SeqLock":
+        box["owner"], write = SeqLock(), _locked
+    elif request.param == "SeqRecord":
+        box["owner"], write = SeqRecord(x="q"), lambda rec: rec.update(x=1)
+    elif request.param == "SeqRing":
+        box["owner"], write = SeqRing(8, x="q"), lambda ring: ring.append(x=1)
+    else:
+        shm = shared_memory.SharedMemory(create=True, size=SeqRecord.buffer_size(x="q"))
+        box["owner"], write = SeqRecord.create(shm.buf, x="q"), lambda rec: rec.update(x=1)
+
+        def cleanup():
+            if shm.buf is not None:
+                shm.close()  # BufferError if anything still held the record's export
+                shm.unlink()
+
+        box["cleanup"] = cleanup
+    box["write"] = _writer(box, write)
+    yield box
+    box.pop("owner", None)
+    box["cleanup"]()
+
+
+@pytest.mark.timeout(60)
+def test_a_weak_waiter_sleeps_until_a_write_and_holds_no_reference(weak_owner):
+    import sys
+
+    owner = weak_owner["owner"]
+    before = sys.getrefcount(owner)
+    waiter = owner._weak_waiter()
+    assert sys.getrefcount(owner) == before
+    seq = owner._news_sequence
+    t, box = start_in_thread(waiter.next, seq, LONG)
+    time.sleep(0.05)
+    weak_owner["write"]()
+    t.join(LONG)
+    assert box[0][:2] == ("ok", seq + 2)
+    assert waiter.is_for(owner)
+
+
+@pytest.mark.timeout(60)
+def test_freeing_the_owner_under_a_sleeping_weak_waiter_ends_its_sleep_and_lets_go_at_once(weak_owner):
+    """Its memory stays until the sleeper has left (the deallocation wakes
+    it and waits for it), then goes at once: a SharedMemory's close()
+    right after the del is not refused."""
+    import weakref
+
+    owner = weak_owner.pop("owner")
+    waiter = owner._weak_waiter()
+    t, box = start_in_thread(waiter.next, owner._news_sequence, LONG)
+    time.sleep(0.05)
+    assert t.is_alive()  # asleep in it
+    ref = weakref.ref(owner)
+    freed_at = time.monotonic()
+    del owner
+    assert ref() is None  # no collection needed: nothing else held it
+    weak_owner["cleanup"]()
+    t.join(LONG)
+    assert box[0][0] == "raised" and isinstance(box[0][1], ValueError)
+    assert box[0][2] - freed_at < WOKEN  # woken, not its nap's end
+    with pytest.raises(ValueError):
+        waiter.next(0, 0)  # gone for good: touches nothing
+
+
+@pytest.mark.timeout(60)
+def test_collecting_the_owner_under_a_sleeping_weak_waiter_ends_its_sleep():
+    """As a del, when the collector frees the record with the cycle that
+    kept it (its buffer refers back to it)."""
+    import gc
+    import weakref
+
+    class Buffer(bytearray):
+        pass
+
+    buf = Buffer(SeqRecord.buffer_size(x="q"))
+    buf.rec = SeqRecord.create(buf, x="q")
+    waiter = buf.rec._weak_waiter()
+    t, box = start_in_thread(waiter.next, buf.rec.sequence, LONG)
+    time.sleep(0.05)
+    ref = weakref.ref(buf.rec)
+    del buf
+    gc.collect()
+    assert ref() is None
+    t.join(LONG)
+    assert box[0][0] == "raised" and isinstance(box[0][1], ValueError)
+
+
+def test_a_weak_waiter_of_a_closed_record_refuses_and_its_sleep_ends_at_close():
+    rec = SeqRecord(x="q")
+    waiter = rec._weak_waiter()
+    t, box = start_in_thread(waiter.next, rec.sequence, LONG)
+    time.sleep(0.05)
+    rec.close()
+    t.join(LONG)
+    assert box[0][0] == "raised" and isinstance(box[0][1], ValueError)
+    with pytest.raises(ValueError):
+        rec._weak_waiter()
+
+
+@pytest.mark.timeout(60)
+def test_a_weak_waiters_cancel_ends_one_sleep_only():
+    """A kick: the sleep it lands in (or the next one, at its start)
+    returns None, and the one after waits for the write."""
+    rec = SeqRecord(x="q")
+    waiter = rec._weak_waiter()
+    seq = rec.sequence
+    waiter.cancel()
+    assert waiter.next(seq, LONG) is None
+    t, box = start_in_thread(waiter.next, seq, LONG)
+    time.sleep(0.05)
+    assert t.is_alive()
+    rec.update(x=1)
+    t.join(LONG)
+    assert box[0][:2] == ("ok", seq + 2)
+
+
+def test_a_weak_waiter_is_for_its_own_live_owner_only():
+    import gc
+
+    rec, other = SeqRecord(x="q"), SeqRecord(x="q")
+    waiter = rec._weak_waiter()
+    assert waiter.is_for(rec) and not waiter.is_for(other) and not waiter.is_for(None)
+    del rec
+    gc.collect()
+    # Whatever object now lives where rec was, it is not rec.
+    assert not any(waiter.is_for(SeqRecord(x="q")) for _ in range(100))

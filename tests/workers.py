@@ -171,8 +171,9 @@ def pin(role):
 
 
 def waiter_threads():
-    """The process's watcher threads of awaited waits that serve an owner
-    now (not those that linger between owners, holding nothing)."""
+    """The process's watcher threads of awaited waits that watch an owner
+    now: its waits pending, or none but staying for the next (for
+    _news._STAY, 50 ms), not those that linger between owners."""
     return [t for t in threading.enumerate() if t.name == "seqlock_py wait_async"]
 
 

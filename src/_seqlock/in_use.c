@@ -162,3 +162,18 @@ in_use_where(const void *key)
     }
     return where;
 }
+
+int
+in_use_found(const void *key)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    for (in_use_thread *t = atomic_load(&registry); t != NULL; t = t->next) {
+        for (unsigned i = 0; i < IN_USE_SLOTS; i++) {
+            if (atomic_load_explicit(&t->slot[i], memory_order_acquire)
+                == key) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}

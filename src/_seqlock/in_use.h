@@ -115,6 +115,34 @@ in_use_enter(const void *key, const _Atomic uint32_t *closed)
     return IN_USE_ENTERED;
 }
 
+/* in_use_enter() with a full fence whatever closers use: for a thread
+ * that holds no reference to key's owner (news.c: a _WeakWaiter), whose
+ * owner's deallocation looks at the slots across a plain fence
+ * (in_use_found()), which cannot fail as membarrier() can.  *gone lives
+ * in memory of the caller's own (the owner's may be freed once it is
+ * set); IN_USE_CLOSED if it is nonzero.  Closers that use membarrier()
+ * find the slot all the same (a full fence is more than they need). */
+static inline in_use_status
+in_use_enter_fenced(const void *key, const _Atomic uint32_t *gone)
+{
+    in_use_thread *t = in_use_mine_;
+    if (__builtin_expect(t == NULL, 0) && (t = in_use_slots_()) == NULL) {
+        return IN_USE_NO_MEMORY;
+    }
+    unsigned i = t->depth;
+    if (i >= IN_USE_SLOTS) {
+        return IN_USE_TOO_DEEP;
+    }
+    atomic_store_explicit(&t->slot[i], key, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(gone, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&t->slot[i], NULL, memory_order_relaxed);
+        return IN_USE_CLOSED;
+    }
+    t->depth = i + 1;
+    return IN_USE_ENTERED;
+}
+
 /* in_use_enter()'s undo: every access to key's memory happens before a
  * closer that sees the slot empty (release). */
 static inline void
@@ -139,5 +167,11 @@ enum {
     IN_USE_ELSEWHERE = 2,
 };
 int in_use_where(const void *key);
+
+/* Whether any thread has key published, looked at across a plain seq_cst
+ * fence: enough to find every slot published by in_use_enter_fenced()
+ * (and only those: a light fence's publication may be missed).  The
+ * caller stored its *gone before. */
+int in_use_found(const void *key);
 
 #endif /* SEQLOCK_PY_IN_USE_H */

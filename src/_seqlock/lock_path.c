@@ -72,6 +72,7 @@ bound_lock_init(bound_lock *b, seqlock_t *sl, const bound_record *record,
     atomic_init(&b->held_refs, 0);
     read_budget_init(&b->budget, DEFAULT_MAX_RETRIES);
     b->private.next = b->private.prev = NULL;
+    atomic_init(&b->anchor, NULL);
     if ((memory & BOUND_PRIVATE) && !(memory & BOUND_READ_ONLY)) {
         seqlock_track_private(&b->private, sl,
                               record != NULL ? repair_orphaned_record : NULL,
@@ -679,7 +680,10 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
         (void)bus_guard_reassert(); /* a wait may be long: make sure */
     }
     change_wait w = {b->sl, b, seq, 0, cancel, flags, 0};
-    int64_t slice = signal_handlers_run_here() ? SIGNAL_BACKSTOP_NS : -1;
+    /* Two system calls: not for a wait that only looks. */
+    int64_t slice = timeout_ns != 0 && signal_handlers_run_here()
+                        ? SIGNAL_BACKSTOP_NS
+                        : -1;
     int err = wait_in_slices(core_wait_for_change, b, timeout_ns, slice, &w);
     if (b->record != NULL) {
         record_unpin(b->record);
@@ -703,6 +707,107 @@ wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
         set_memory_gone();
         return -1;
     default: /* -1: a signal handler raised */
+        return -1;
+    }
+}
+
+/* The wait of wait_for_change_unheld(), detached: 0, a core error,
+ * OWNER_CLOSED or OWNER_GONE. */
+#define OWNER_CLOSED (-2)
+#define OWNER_GONE (-3)
+
+static int
+sleep_unheld(bound_lock *b, const void *key, const _Atomic uint32_t *gone,
+             change_wait *w, int64_t timeout_ns)
+{
+    switch (in_use_enter_fenced(key, gone)) {
+    case IN_USE_ENTERED:
+        break;
+    case IN_USE_CLOSED:
+        return OWNER_GONE;
+    case IN_USE_NO_MEMORY:
+        return ENOMEM;
+    default:
+        return E2BIG;
+    }
+    /* From here until in_use_leave() the owner's memory stays: its
+     * deallocation (or close()) waits for this slot to empty. */
+    const bound_record *r = b->record;
+    w->sl = b->sl;
+    w->b = b;
+    w->flags = SEQLOCK_WAIT_LONG_NAPS | SEQLOCK_WAIT_WAKE_RETURNS;
+    if (r != NULL) {
+        w->flags |= SEQLOCK_WAIT_THROUGH_DEATH
+                    | (read_only(b) ? SEQLOCK_WAIT_READ_ONLY : 0);
+    }
+    int64_t deadline = seqlock_deadline(timeout_ns);
+    int err;
+    for (;;) {
+        if (r != NULL && record_is_closed(r)) {
+            err = OWNER_CLOSED;
+            break;
+        }
+        err = core_wait_for_change(b->sl, seqlock_time_left(deadline), w);
+        if (err != EINTR) {
+            break;
+        }
+        /* Woken without news (a closer, a deallocation, another process's
+         * wake-up) or a signal meant for the main thread: look again. */
+        if (atomic_load_explicit(gone, memory_order_relaxed)) {
+            err = OWNER_GONE;
+            break;
+        }
+    }
+    in_use_leave();
+    return err;
+}
+
+int
+wait_for_change_unheld(bound_lock *b, const void *key, const char *kind,
+                       const _Atomic uint32_t *gone, uint64_t seq,
+                       int64_t timeout_ns, const _Atomic uint32_t *cancel,
+                       uint64_t *now)
+{
+    change_wait w = {NULL, NULL, seq, 0, cancel, 0, 0};
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = sleep_unheld(b, key, gone, &w, timeout_ns);
+    Py_END_ALLOW_THREADS
+    switch (err) {
+    case 0:
+        *now = w.now;
+        return 1;
+    case ETIMEDOUT:
+    case ECANCELED:
+        return 0;
+    case OWNER_CLOSED:
+        PyErr_Format(PyExc_ValueError, "the %s is closed", kind);
+        return -1;
+    case OWNER_GONE:
+        PyErr_Format(PyExc_ValueError, "the %s was freed", kind);
+        return -1;
+    case ENOMEM:
+        PyErr_NoMemory();
+        return -1;
+    case E2BIG:
+        PyErr_Format(PyExc_RuntimeError,
+                     "more than %d calls into records nest on this thread",
+                     IN_USE_SLOTS);
+        return -1;
+    case EDEADLK:
+        PyErr_SetString(PyExc_RuntimeError,
+                        "cannot wait for a write while this thread holds the "
+                        "write lock");
+        return -1;
+    case EOWNERDEAD:
+        PyErr_SetString(PyExc_RuntimeError, DEAD_WRITER);
+        return -1;
+    case EFAULT:
+        set_memory_gone();
+        return -1;
+    default:
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
 }

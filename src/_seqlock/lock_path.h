@@ -36,6 +36,8 @@ typedef struct {
 
 enum { RECORD_OPEN = 0, RECORD_CLOSING = 1, RECORD_CLOSED = 2 };
 
+struct unheld_anchor; /* unheld.h */
+
 /* A seqlock as a Python object holds it.  Both types embed one. */
 typedef struct {
     seqlock_t *sl;
@@ -48,6 +50,9 @@ typedef struct {
                               holder's own are a dead thread's */
     read_budget budget;
     seqlock_private_t private; /* tracked if the memory is private */
+    /* Made by the first wait that holds no reference to the owner
+     * (unheld.h), NULL before: the owner's deallocation ends such waits. */
+    _Atomic(struct unheld_anchor *) anchor;
 } bound_lock;
 
 /* Outcomes of taking a lock (habit: one status type for every layer). */
@@ -150,6 +155,21 @@ begin_read(bound_lock *b, uint64_t *seq)
 int wait_for_change(bound_lock *b, uint64_t seq, int64_t timeout_ns,
                     const _Atomic uint32_t *cancel, int long_naps,
                     uint64_t *now);
+
+/* wait_for_change() for a thread that holds no reference to b's owner,
+ * which may be freed meanwhile (unheld.h: the asyncio watcher's sleep).
+ * The whole wait runs detached and runs no Python code: pinned through
+ * key (unheld_key(b), computed while the owner was known alive) with
+ * *gone checked (in_use_enter_fenced()), it reads b only once pinned,
+ * and the owner's deallocation sets *gone and wakes it (unheld_let_go()).
+ * Returns as wait_for_change(); ValueError once the owner is closed or
+ * freed (kind names it: "record", "ring", "lock").  Needs no signal handler to run:
+ * for threads other than the main one.  The caller reasserts the SIGBUS
+ * guard first if the memory is a file's (bus_guard_reassert()). */
+int wait_for_change_unheld(bound_lock *b, const void *key, const char *kind,
+                           const _Atomic uint32_t *gone, uint64_t seq,
+                           int64_t timeout_ns, const _Atomic uint32_t *cancel,
+                           uint64_t *now);
 
 /* For a context manager's __enter__: 0 if lock_write() took the lock; -1
  * if it failed or (TimeoutError) timed out. */

@@ -39,6 +39,10 @@ static int
 module_exec(PyObject *module)
 {
     module_state *state = PyModule_GetState(module);
+    state->wait_async_name = PyUnicode_InternFromString("wait_async");
+    if (state->wait_async_name == NULL) {
+        return -1;
+    }
     state->seqlock_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &seqlock_type_spec, NULL);
     if (state->seqlock_type == NULL
@@ -82,6 +86,12 @@ module_exec(PyObject *module)
         || PyModule_AddType(module, state->waiter_type) < 0) {
         return -1;
     }
+    state->weak_waiter_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &weak_waiter_type_spec, NULL);
+    if (state->weak_waiter_type == NULL
+        || PyModule_AddType(module, state->weak_waiter_type) < 0) {
+        return -1;
+    }
     state->seqring_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &seqring_type_spec, NULL);
     if (state->seqring_type == NULL
@@ -114,12 +124,15 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->array_field_type);
     Py_VISIT(state->section_copy_type);
     Py_VISIT(state->waiter_type);
+    Py_VISIT(state->weak_waiter_type);
     Py_VISIT(state->seqring_type);
     Py_VISIT(state->ring_reader_type);
     Py_VISIT(state->reader_into_type);
     Py_VISIT(atomic_load(&state->news_module));
     Py_VISIT(atomic_load(&state->snapshot_module));
     Py_VISIT(atomic_load(&state->typed_module));
+    Py_VISIT(atomic_load(&state->ring_module));
+    Py_VISIT(state->wait_async_name);
     return 0;
 }
 
@@ -134,12 +147,15 @@ module_clear(PyObject *module)
     Py_CLEAR(state->array_field_type);
     Py_CLEAR(state->section_copy_type);
     Py_CLEAR(state->waiter_type);
+    Py_CLEAR(state->weak_waiter_type);
     Py_CLEAR(state->seqring_type);
     Py_CLEAR(state->ring_reader_type);
     Py_CLEAR(state->reader_into_type);
     Py_XDECREF(atomic_exchange(&state->news_module, NULL));
     Py_XDECREF(atomic_exchange(&state->snapshot_module, NULL));
     Py_XDECREF(atomic_exchange(&state->typed_module, NULL));
+    Py_XDECREF(atomic_exchange(&state->ring_module, NULL));
+    Py_CLEAR(state->wait_async_name);
     return 0;
 }
 

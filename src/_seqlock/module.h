@@ -18,11 +18,16 @@ typedef struct {
     PyTypeObject *array_field_type;
     PyTypeObject *section_copy_type; /* not in the module's namespace */
     PyTypeObject *waiter_type;
+    PyTypeObject *weak_waiter_type;
     PyTypeObject *seqring_type;
     PyTypeObject *ring_reader_type;
     PyTypeObject *reader_into_type;
-    /* seqlock_py._news, imported on first use (news.c) */
+    /* seqlock_py._news and ._ring, imported on first use (news.c,
+     * seqring_type.c) */
     _Atomic(PyObject *) news_module;
+    _Atomic(PyObject *) ring_module;
+    /* "wait_async", interned: looked up in them per awaited wait */
+    PyObject *wait_async_name;
     /* seqlock_py._snapshot and ._typed, imported on first use (snapshot.c) */
     _Atomic(PyObject *) snapshot_module;
     _Atomic(PyObject *) typed_module;
@@ -35,6 +40,7 @@ extern PyType_Spec record_writer_type_spec;
 extern PyType_Spec array_field_type_spec;
 extern PyType_Spec section_copy_type_spec;
 extern PyType_Spec waiter_type_spec;
+extern PyType_Spec weak_waiter_type_spec;
 extern PyType_Spec seqring_type_spec;
 extern PyType_Spec ring_reader_type_spec;
 extern PyType_Spec reader_into_type_spec;

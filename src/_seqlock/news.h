@@ -28,6 +28,13 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
         "section (as read() does); a SeqRecord's dead writer's section is\n" \
         "rolled back, which counts as a write.")
 
+/* _news_since(seq): wait(seq, 0), for seqlock_py._news (METH_O: it runs
+ * twice per awaited wait). */
+PyObject *news_since(bound_lock *b, PyObject *seq);
+#define NEWS_SINCE_DOC                                                       \
+    PyDoc_STR("_news_since($self, seq, /)\n--\n\n"                          \
+              "wait(seq, 0): whether a write section has ended since the\n" \
+              "state seq names (for seqlock_py._news).")
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 #define NEWS_WAITER_DOC                                                      \
     PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"                 \
@@ -45,6 +52,13 @@ PyObject *news_wait(bound_lock *b, PyObject *args, PyObject *kwargs);
 /* _waiter(seq, timeout=None): a cancellable wait, for seqlock_py._news. */
 PyObject *news_waiter(PyObject *owner, bound_lock *b, PyObject *args,
                       PyObject *kwargs);
+/* _weak_waiter(): the watcher's sleep, holding no reference to owner
+ * (its deallocation calls unheld_let_go()); ValueError if closed. */
+#define NEWS_WEAK_WAITER_DOC                                                 \
+    PyDoc_STR("_weak_waiter($self, /)\n--\n\n"                              \
+              "A cancellable wait that holds no reference to this object\n" \
+              "(its next() is where the asyncio forms' watcher sleeps).")
+PyObject *news_weak_waiter(PyObject *owner, bound_lock *b);
 /* wait_async(seq, timeout=None): seqlock_py._news.wait_async's coroutine,
  * its arguments checked now rather than at the first await. */
 PyObject *news_wait_async(PyObject *owner, PyObject *args, PyObject *kwargs);

@@ -13,6 +13,7 @@
 #include "args.h"
 #include "lock_path.h"
 #include "news.h"
+#include "unheld.h"
 
 #include <errno.h>
 
@@ -89,6 +90,7 @@ SeqLock_dealloc(SeqLockObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    unheld_let_go(&self->lock, 1); /* the watcher may sleep on it */
     /* No thread of ours holds it: a holder keeps the object alive. */
     bound_lock_fini(&self->lock);
     seqlock_destroy(&self->word);
@@ -388,6 +390,18 @@ SeqLock_waiter(SeqLockObject *self, PyObject *args, PyObject *kwargs)
     return news_waiter((PyObject *)self, &self->lock, args, kwargs);
 }
 
+static PyObject *
+SeqLock_news_since(SeqLockObject *self, PyObject *seq)
+{
+    return news_since(&self->lock, seq);
+}
+
+static PyObject *
+SeqLock_weak_waiter(SeqLockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return news_weak_waiter((PyObject *)self, &self->lock);
+}
+
 static PyMethodDef SeqLock_methods[] = {
     {"acquire_write", (PyCFunction)(void (*)(void))SeqLock_acquire_write,
      METH_VARARGS | METH_KEYWORDS, SeqLock_acquire_write_doc},
@@ -404,14 +418,13 @@ static PyMethodDef SeqLock_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, SeqLock_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqLock_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
-    {"_news_wait", (PyCFunction)(void (*)(void))SeqLock_wait,
-     METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
-               "wait(), under the name seqlock_py._news calls.")},
+    {"_news_since", (PyCFunction)SeqLock_news_since, METH_O, NEWS_SINCE_DOC},
     {"wait_async", (PyCFunction)(void (*)(void))SeqLock_wait_async,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"_waiter", (PyCFunction)(void (*)(void))SeqLock_waiter,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAITER_DOC},
+    {"_weak_waiter", (PyCFunction)SeqLock_weak_waiter, METH_NOARGS,
+     NEWS_WEAK_WAITER_DOC},
     {"read_begin", (PyCFunction)(void (*)(void))SeqLock_read_begin,
      METH_FASTCALL,
      SeqLock_read_begin_doc},

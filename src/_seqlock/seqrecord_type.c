@@ -25,6 +25,7 @@
 #include "own_memory.h"
 #include "reader_into.h"
 #include "snapshot.h"
+#include "unheld.h"
 
 #include <errno.h>
 #include <time.h>
@@ -792,6 +793,8 @@ SeqRecord_traverse(SeqRecordObject *self, visitproc visit, void *arg)
 static int
 SeqRecord_clear(SeqRecordObject *self)
 {
+    /* The watcher may sleep in the memory, holding no reference. */
+    unheld_let_go(&self->lock, !record_is_closed(&self->rec));
     if (self->view.obj != NULL) {
         record_memory_gone(&self->rec, &self->lock, &self->view);
     }
@@ -1077,6 +1080,7 @@ SeqRecord_dealloc(SeqRecordObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    unheld_let_go(&self->lock, !record_is_closed(&self->rec));
     /* No thread of ours holds the lock: a holder keeps the record alive. */
     if (self->rec.view.header != NULL) {
         bound_lock_fini(&self->lock);
@@ -1266,6 +1270,19 @@ SeqRecord_waiter(SeqRecordObject *self, PyObject *args, PyObject *kwargs)
 {
     RETURN_IF_CLOSED(self, NULL);
     return news_waiter((PyObject *)self, &self->lock, args, kwargs);
+}
+
+static PyObject *
+SeqRecord_news_since(SeqRecordObject *self, PyObject *seq)
+{
+    RETURN_IF_CLOSED(self, NULL);
+    return news_since(&self->lock, seq);
+}
+
+static PyObject *
+SeqRecord_weak_waiter(SeqRecordObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return news_weak_waiter((PyObject *)self, &self->lock);
 }
 
 PyDoc_STRVAR(SeqRecord_changes_doc,
@@ -1688,10 +1705,8 @@ static PyMethodDef SeqRecord_methods[] = {
      SeqRecord_read_versioned_doc},
     {"wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_DOC},
-    {"_news_wait", (PyCFunction)(void (*)(void))SeqRecord_wait,
-     METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
-               "wait(), under the name seqlock_py._news calls.")},
+    {"_news_since", (PyCFunction)SeqRecord_news_since, METH_O,
+     NEWS_SINCE_DOC},
     {"wait_async", (PyCFunction)(void (*)(void))SeqRecord_wait_async,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAIT_ASYNC_DOC},
     {"changes", (PyCFunction)(void (*)(void))SeqRecord_changes,
@@ -1700,6 +1715,8 @@ static PyMethodDef SeqRecord_methods[] = {
      METH_VARARGS | METH_KEYWORDS, SeqRecord_changes_async_doc},
     {"_waiter", (PyCFunction)(void (*)(void))SeqRecord_waiter,
      METH_VARARGS | METH_KEYWORDS, NEWS_WAITER_DOC},
+    {"_weak_waiter", (PyCFunction)SeqRecord_weak_waiter, METH_NOARGS,
+     NEWS_WEAK_WAITER_DOC},
     {"read_dict", (PyCFunction)SeqRecord_read_dict, METH_NOARGS,
      SeqRecord_read_dict_doc},
     {"read_into", (PyCFunction)(void (*)(void))SeqRecord_read_into,

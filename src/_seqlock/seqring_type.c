@@ -31,6 +31,7 @@
 #include "own_memory.h"
 #include "ring.h"
 #include "snapshot.h"
+#include "unheld.h"
 
 #include <errno.h>
 #include <time.h>
@@ -1318,14 +1319,17 @@ RingReader_wait_async(RingReaderObject *self, PyObject *args,
     if (seconds == NULL) {
         return NULL;
     }
-    PyObject *helper = PyImport_ImportModule("seqlock_py._ring");
+    module_state *state = PyType_GetModuleState(Py_TYPE(self));
+    PyObject *helper = state == NULL ? NULL
+                                     : python_helper(&state->ring_module,
+                                                     "seqlock_py._ring");
     if (helper == NULL) {
         Py_DECREF(seconds);
         return NULL;
     }
-    PyObject *coroutine = PyObject_CallMethod(helper, "wait_async", "OO",
-                                              (PyObject *)self, seconds);
-    Py_DECREF(helper);
+    PyObject *call[] = {helper, (PyObject *)self, seconds};
+    PyObject *coroutine = PyObject_VectorcallMethod(state->wait_async_name,
+                                                    call, 3, NULL);
     Py_DECREF(seconds);
     return coroutine;
 }
@@ -1335,15 +1339,21 @@ RingReader_wait_async(RingReaderObject *self, PyObject *args,
  * watcher thread per ring sleeps for all of its readers' wait_async(). */
 
 static PyObject *
-SeqRing_news_wait(SeqRingObject *self, PyObject *args, PyObject *kwargs)
+SeqRing_news_since(SeqRingObject *self, PyObject *seq)
 {
-    return news_wait(&self->lock, args, kwargs);
+    return news_since(&self->lock, seq);
 }
 
 static PyObject *
 SeqRing_waiter(SeqRingObject *self, PyObject *args, PyObject *kwargs)
 {
     return news_waiter((PyObject *)self, &self->lock, args, kwargs);
+}
+
+static PyObject *
+SeqRing_weak_waiter(SeqRingObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return news_weak_waiter((PyObject *)self, &self->lock);
 }
 
 static PyObject *
@@ -1763,6 +1773,8 @@ SeqRing_traverse(SeqRingObject *self, visitproc visit, void *arg)
 static int
 SeqRing_clear(SeqRingObject *self)
 {
+    /* The watcher may sleep in the memory, holding no reference. */
+    unheld_let_go(&self->lock, !record_is_closed(&self->rec));
     if (self->view.obj != NULL) {
         record_memory_gone(&self->rec, &self->lock, &self->view);
     }
@@ -1917,6 +1929,7 @@ SeqRing_dealloc(SeqRingObject *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
+    unheld_let_go(&self->lock, !record_is_closed(&self->rec));
     /* No thread of ours holds the lock: a holder keeps the ring alive. */
     if (self->ring.header != NULL) {
         bound_lock_fini(&self->lock);
@@ -2026,16 +2039,15 @@ static PyMethodDef SeqRing_methods[] = {
      PyDoc_STR("_close_with($self, closer, /)\n--\n\n"
                "Have close() call closer() after it lets the buffer go "
                "(seqlock_py._shared).")},
-    {"_news_wait", (PyCFunction)(void (*)(void))SeqRing_news_wait,
-     METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("_news_wait($self, /, seq, timeout=None)\n--\n\n"
-               "SeqRecord.wait() on the ring's lock count: for "
-               "seqlock_py._news.")},
+    {"_news_since", (PyCFunction)SeqRing_news_since, METH_O,
+     NEWS_SINCE_DOC},
     {"_waiter", (PyCFunction)(void (*)(void))SeqRing_waiter,
      METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("_waiter($self, /, seq, timeout=None)\n--\n\n"
                "A cancellable wait on the ring's lock count: for "
                "seqlock_py._news.")},
+    {"_weak_waiter", (PyCFunction)SeqRing_weak_waiter, METH_NOARGS,
+     NEWS_WEAK_WAITER_DOC},
     {"__enter__", (PyCFunction)SeqRing_enter, METH_NOARGS,
      PyDoc_STR("__enter__($self, /)\n--\n\nReturn the ring (ValueError if "
                "it is closed).")},
